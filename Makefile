@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 repro: $(STAMP)
-	$(BIN)/dvc repro
+	PATH="$(CURDIR)/$(BIN):$$PATH" dvc repro
 
 test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

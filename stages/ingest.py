@@ -9,7 +9,7 @@ from pathlib import Path
 
 from textclf.config import load_params
 from textclf.corpus import build_corpus
-from textclf.io import setup_logging, stage_parser, write_json
+from textclf.io import setup_logging, stage_parser, write_json, write_parquet
 
 log = logging.getLogger("ingest")
 
@@ -22,8 +22,7 @@ def main(argv: list[str] | None = None) -> None:
     setup_logging()
     params = load_params(args.params)["ingest"]
     frame, report = build_corpus(Path(params.source), params.max_bytes, params.min_per_class)
-    Path(args.corpus).parent.mkdir(parents=True, exist_ok=True)
-    frame.to_parquet(args.corpus, index=False)
+    write_parquet(frame, args.corpus)
     write_json(args.report, report)
     log.info("seen %d files, kept %d in %d classes, skipped %s",
              report["files_seen"], report["kept"], len(report["per_class"]), report["skipped"])

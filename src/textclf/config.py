@@ -26,12 +26,30 @@ class TokenizeParams:
     max_length: int = 256  # tokens per document, special tokens included
     truncation: str = "head+tail"  # head | tail | head+tail
 
+    def __post_init__(self):
+        if self.truncation not in ("head", "tail", "head+tail"):
+            raise ValueError(f"params.yaml: tokenize.truncation={self.truncation!r} must be "
+                             "head, tail or head+tail.")
+        if not 16 <= self.max_length <= 8192:
+            raise ValueError(f"params.yaml: tokenize.max_length={self.max_length} must be in "
+                             "16..8192 (and at most the model's position limit, 512 for BERT).")
+
 
 @dataclass(frozen=True)
 class SplitParams:
     fractions: dict = field(
         default_factory=lambda: {"train": 0.7, "validation": 0.15, "test": 0.15})
     seed: int = 42
+
+    def __post_init__(self):
+        names = ("train", "validation", "test")
+        if sorted(self.fractions) != sorted(names):
+            raise ValueError(f"params.yaml: split.fractions has keys {sorted(self.fractions)}; "
+                             f"it needs exactly {list(names)}.")
+        values = [self.fractions[n] for n in names]
+        if any(not isinstance(v, (int, float)) or v <= 0 for v in values) or abs(sum(values) - 1) > 1e-6:
+            raise ValueError(f"params.yaml: split.fractions={self.fractions} must be positive "
+                             "numbers that sum to 1.")
 
 
 @dataclass(frozen=True)
@@ -80,6 +98,8 @@ def _coerce(section: str, name: str, value: Any, default: Any) -> Any:
             raise ValueError(f"{where} must be true or false.")
         return value
     if isinstance(default, float):
+        if isinstance(value, bool):
+            raise ValueError(f"{where} must be a number, e.g. 2.0e-5.")
         try:
             return float(value)
         except (TypeError, ValueError):
@@ -96,7 +116,7 @@ def _coerce(section: str, name: str, value: Any, default: Any) -> Any:
 def parse_section(section: str, raw: dict | None):
     """Build the dataclass of one section from its raw mapping; unknown keys fail."""
     cls = SECTIONS[section]
-    raw = raw or {}
+    raw = {} if raw is None else raw
     if not isinstance(raw, dict):
         raise ValueError(f"params.yaml: section {section!r} must be a mapping, got {raw!r}.")
     fields = {f.name: f for f in dataclasses.fields(cls)}

@@ -133,17 +133,21 @@ def build_corpus(source: Path, max_bytes: int, min_per_class: int) -> tuple[pd.D
               "conflicts": []}
     skipped: Counter = Counter()
     docs: list[Doc] = []
+    class_folders: set[str] = set()
     with open_source(source) as entries:
         root = find_class_root(entries)
         report["class_root"] = "/".join(root)
         depth = len(root)
         for entry in entries:
-            in_class = entry.parts[:depth] == root and len(entry.parts) > depth + 1
-            if not in_class and entry.problem != UNSAFE_MEMBER:
+            unsafe = entry.problem == UNSAFE_MEMBER
+            in_class = not unsafe and entry.parts[:depth] == root and len(entry.parts) > depth + 1
+            if not in_class and not unsafe:
                 report["ignored_top_level"].append("/".join(entry.parts))
                 continue
             report["files_seen"] += 1
             label = entry.parts[depth] if in_class else ""
+            if in_class and not is_hidden(label):
+                class_folders.add(label)
             result = _read_entry(entry, label, max_bytes)
             if isinstance(result, str):
                 skipped[result] += 1
@@ -156,7 +160,8 @@ def build_corpus(source: Path, max_bytes: int, min_per_class: int) -> tuple[pd.D
                   encodings=dict(Counter(d.encoding for d in docs)),  # before de-duplication
                   per_class=dict(sorted(per_class.items())))
     assert report["files_seen"] == len(kept) + sum(skipped.values()), report
-    _check_classes(per_class, min_per_class)
+    # A class folder whose every file was skipped still counts, with 0 documents.
+    _check_classes(Counter({c: per_class.get(c, 0) for c in class_folders}), min_per_class)
     frame = pd.DataFrame(
         [(hashlib.sha1(d.path.encode()).hexdigest()[:16], d.label, d.text, d.path,
           d.content_hash, d.encoding) for d in kept], columns=COLUMNS)

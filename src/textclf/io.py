@@ -26,3 +26,8 @@ def write_json(path: str | Path, data: Any) -> None:
 
 def read_json(path: str | Path) -> Any:
     return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def write_parquet(frame, path: str | Path) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    frame.to_parquet(path, index=False)

@@ -19,6 +19,8 @@ from typing import Callable, Iterator
 HIDDEN = "hidden"
 SYMLINK_OUTSIDE = "symlink_outside_root"
 NOT_REGULAR = "not_a_regular_file"
+BROKEN_LINK = "broken_symlink"
+REPEATED_MEMBER = "repeated_archive_member"
 UNSAFE_MEMBER = "unsafe_archive_member"
 
 ARCHIVE_SUFFIXES = (".zip", ".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz")
@@ -33,7 +35,18 @@ class Entry:
 
 
 def is_hidden(name: str) -> bool:
-    return name.startswith(".")
+    """Dot files and folders, and the resource-fork folder macOS adds to zips."""
+    return name.startswith(".") or name == "__MACOSX"
+
+
+def _unique(entries: Iterator[Entry]) -> Iterator[Entry]:
+    """An archive may hold one path twice (or as `a/./b` and `a/b`): keep the first."""
+    seen = set()
+    for entry in entries:
+        if entry.problem is None and entry.parts in seen:
+            entry = Entry(entry.parts, 0, None, REPEATED_MEMBER)
+        seen.add(entry.parts)
+        yield entry
 
 
 @contextmanager
@@ -48,14 +61,14 @@ def open_source(source: Path) -> Iterator[list[Entry]]:
         except zipfile.BadZipFile as err:
             raise ValueError(f"ingest.source={str(source)!r} is not a readable zip: {err}") from None
         with zf:
-            yield list(_zip_entries(zf))
+            yield list(_unique(_zip_entries(zf)))
     elif name.endswith(ARCHIVE_SUFFIXES):
         try:
             tf = tarfile.open(source)
         except tarfile.TarError as err:
             raise ValueError(f"ingest.source={str(source)!r} is not a readable tar archive: {err}") from None
         with tf:
-            yield list(_tar_entries(tf))
+            yield list(_unique(_tar_entries(tf)))
     elif source.exists():
         raise ValueError(f"ingest.source={str(source)!r} is neither a folder nor an archive "
                          f"({', '.join(ARCHIVE_SUFFIXES)}); point it at a folder of class folders.")
@@ -73,12 +86,11 @@ def _reader(path: str) -> Callable[[], bytes]:
 
 def _walk_folder(root: Path) -> Iterator[Entry]:
     real_root = os.path.realpath(root)
-    stack = [()]
-    while stack:
-        rel = stack.pop()
+
+    def walk(rel: tuple[str, ...]) -> Iterator[Entry]:
         with os.scandir(os.path.join(root, *rel)) as it:
             children = sorted(it, key=lambda e: e.name)
-        for child in reversed(children):  # reversed + stack pop = sorted order
+        for child in children:
             parts = rel + (child.name,)
             if is_hidden(child.name):
                 yield Entry(parts, 0, None, HIDDEN)
@@ -89,16 +101,22 @@ def _walk_folder(root: Path) -> Iterator[Entry]:
                 if os.path.commonpath([real_root, target]) != real_root:
                     yield Entry(parts, 0, None, SYMLINK_OUTSIDE)
                     continue
-                st = os.stat(target)  # a link that stays inside the root is fine
+                try:
+                    st = os.stat(target)  # a link that stays inside the root is fine
+                except OSError:  # dangling, or a loop
+                    yield Entry(parts, 0, None, BROKEN_LINK)
+                    continue
                 if stat.S_ISDIR(st.st_mode):
                     # Its files are reached through the real folder; descending could loop.
                     continue
             if stat.S_ISDIR(st.st_mode):
-                stack.append(parts)
+                yield from walk(parts)
             elif stat.S_ISREG(st.st_mode):
                 yield Entry(parts, st.st_size, _reader(child.path))
             else:
                 yield Entry(parts, 0, None, NOT_REGULAR)
+
+    yield from walk(())
 
 
 def _safe_parts(name: str) -> tuple[str, ...] | None:
@@ -128,7 +146,8 @@ def _zip_entries(zf: zipfile.ZipFile) -> Iterator[Entry]:
             continue
         mode = info.external_attr >> 16
         # Unix mode bits, when present: links and special files are never materialised.
-        regular = mode == 0 or stat.S_ISREG(mode)
+        # No file-type bits (Python's own writestr gives 0o600) means a plain file.
+        regular = stat.S_IFMT(mode) == 0 or stat.S_ISREG(mode)
         yield _member(_safe_parts(info.filename), info.filename, info.file_size,
                       lambda info=info: zf.read(info), regular)
 

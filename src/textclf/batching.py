@@ -1,0 +1,76 @@
+"""Dynamic padding and length-grouped batches.
+
+Documents are stored unpadded; each batch is padded only to its own longest
+member. Grouping similar lengths into a batch keeps that padding small.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset, Sampler
+
+# Batches are formed inside windows of this many batches, sorted by length there:
+# enough to group lengths well, small enough to keep the epoch order random.
+MEGABATCH = 50
+
+
+class TokenDataset(Dataset):
+    def __init__(self, input_ids: list[list[int]], labels: list[int] | None = None):
+        self.input_ids = input_ids
+        self.labels = labels
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+    def __getitem__(self, i: int):
+        return self.input_ids[i], (-1 if self.labels is None else self.labels[i])
+
+
+class LengthGroupedBatchSampler(Sampler):
+    """Seeded, per-epoch shuffled batches of indices with similar lengths."""
+
+    def __init__(self, lengths: list[int], batch_size: int, seed: int):
+        self.lengths = np.asarray(lengths)
+        self.batch_size = batch_size
+        self.seed = seed
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return -(-len(self.lengths) // self.batch_size)
+
+    def __iter__(self):
+        rng = np.random.default_rng([self.seed, self.epoch])
+        order = rng.permutation(len(self.lengths))
+        window = self.batch_size * MEGABATCH
+        batches = []
+        for start in range(0, len(order), window):
+            chunk = order[start:start + window]
+            chunk = chunk[np.argsort(-self.lengths[chunk], kind="stable")]
+            batches += [chunk[i:i + self.batch_size].tolist() for i in range(0, len(chunk), self.batch_size)]
+        for b in rng.permutation(len(batches)):
+            yield batches[b]
+
+
+def sorted_batches(lengths: list[int], batch_size: int) -> list[list[int]]:
+    """Longest first, for inference: least padding, and any out-of-memory shows up at once."""
+    order = np.argsort(-np.asarray(lengths), kind="stable")
+    return [order[i:i + batch_size].tolist() for i in range(0, len(order), batch_size)]
+
+
+class Collator:
+    def __init__(self, pad_id: int):
+        self.pad_id = pad_id
+
+    def __call__(self, items) -> dict[str, torch.Tensor]:
+        seqs, labels = zip(*items)
+        width = max(len(s) for s in seqs)
+        input_ids = torch.full((len(seqs), width), self.pad_id, dtype=torch.long)  # (B, T)
+        attention_mask = torch.zeros((len(seqs), width), dtype=torch.long)  # (B, T)
+        for row, seq in enumerate(seqs):
+            input_ids[row, :len(seq)] = torch.as_tensor(seq, dtype=torch.long)
+            attention_mask[row, :len(seq)] = 1
+        return {"input_ids": input_ids, "attention_mask": attention_mask,
+                "labels": torch.as_tensor(labels, dtype=torch.long)}

@@ -1,0 +1,38 @@
+"""Test-set metrics: accuracy, macro-F1, per-class precision/recall/F1, confusion matrix."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+from sklearn.metrics import confusion_matrix, precision_recall_fscore_support
+
+from textclf.training import classification_scores
+
+
+def test_metrics(y_true: np.ndarray, y_pred: np.ndarray, labels: list[str]) -> dict:
+    ids = list(range(len(labels)))
+    precision, recall, f1, support = precision_recall_fscore_support(
+        y_true, y_pred, labels=ids, zero_division=0)
+    matrix = confusion_matrix(y_true, y_pred, labels=ids)  # rows: actual, columns: predicted
+    return {
+        **classification_scores(y_true, y_pred),
+        "n_test": int(len(y_true)),
+        "per_class": {label: {"precision": float(precision[i]), "recall": float(recall[i]),
+                              "f1": float(f1[i]), "support": int(support[i])}
+                      for i, label in enumerate(labels)},
+        "confusion": {actual: {pred: int(matrix[i, j]) for j, pred in enumerate(labels)}
+                      for i, actual in enumerate(labels)},
+    }
+
+
+def mlflow_key(name: str) -> str:
+    """MLflow keys allow letters, digits, _ - . space and /; class names may hold anything."""
+    return re.sub(r"[^\w\-. /]", "_", name, flags=re.ASCII)
+
+
+def mlflow_metrics(metrics: dict) -> dict[str, float]:
+    flat = {"test_accuracy": metrics["accuracy"], "test_macro_f1": metrics["macro_f1"]}
+    for label, scores in metrics["per_class"].items():
+        for name in ("precision", "recall", "f1"):
+            flat[f"test_{name}.{mlflow_key(label)}"] = scores[name]
+    return flat

@@ -1,0 +1,61 @@
+"""Tokenize to unpadded ids with head / tail / head+tail truncation.
+
+Padding happens per batch at train time (dynamic padding), so nothing here pads.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+TRUNCATIONS = ("head", "tail", "head+tail")
+# Sun et al. 2019 ("How to Fine-Tune BERT for Text Classification?") keep the first
+# 128 and last 382 of 510 tokens: about a quarter from the head.
+HEAD_SHARE = 0.25
+
+
+def truncate(body: list[int], budget: int, mode: str) -> list[int]:
+    """Keep at most `budget` ids of `body` (special tokens not included)."""
+    if mode not in TRUNCATIONS:
+        raise ValueError(f"tokenize.truncation={mode!r} is not one of {TRUNCATIONS}.")
+    if len(body) <= budget:
+        return body
+    if mode == "head":
+        return body[:budget]
+    if mode == "tail":
+        return body[len(body) - budget:]
+    head = int(budget * HEAD_SHARE)
+    return body[:head] + body[len(body) - (budget - head):]
+
+
+def special_frame(tokenizer) -> tuple[list[int], list[int]]:
+    """The ids a tokenizer puts before and after a single sequence ([CLS] … [SEP] for BERT)."""
+    empty = tokenizer("")["input_ids"]
+    probe_body = tokenizer("a", add_special_tokens=False)["input_ids"]
+    probe = tokenizer("a")["input_ids"]
+    start = probe.index(probe_body[0])
+    return empty[:start], empty[start:]
+
+
+def tokenize_texts(tokenizer, texts: list[str], max_length: int, mode: str):
+    """-> (ids per text with special tokens, untruncated length per text)."""
+    prefix, suffix = special_frame(tokenizer)
+    budget = max_length - len(prefix) - len(suffix)
+    if budget < 2:
+        raise ValueError(f"tokenize.max_length={max_length} leaves {budget} tokens after the "
+                         f"{len(prefix) + len(suffix)} special tokens; use at least 16.")
+    bodies = tokenizer(list(texts), add_special_tokens=False, verbose=False)["input_ids"]
+    ids = [prefix + truncate(b, budget, mode) + suffix for b in bodies]
+    lengths = [len(b) + len(prefix) + len(suffix) for b in bodies]
+    return ids, lengths
+
+
+def length_stats(lengths: list[int], max_length: int) -> dict:
+    arr = np.asarray(lengths)
+    return {
+        "documents": int(arr.size),
+        "mean": round(float(arr.mean()), 1),
+        "p50": float(np.percentile(arr, 50)),
+        "p90": float(np.percentile(arr, 90)),
+        "max": int(arr.max()),
+        "max_length": max_length,
+        "pct_truncated": round(100.0 * float((arr > max_length).mean()), 2),
+    }

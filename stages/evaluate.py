@@ -1,0 +1,66 @@
+"""Stage evaluate: model folder + test split -> reports/metrics.json, confusion plot data,
+and the same numbers logged into the training run in MLflow."""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import mlflow
+import pandas as pd
+
+from textclf.config import load_params
+from textclf.evaluation import mlflow_metrics, test_metrics
+from textclf.io import read_json, setup_logging, stage_parser, write_json
+from textclf.modeling import load_classifier
+from textclf.training import make_accelerator, predict_proba
+
+log = logging.getLogger("evaluate")
+
+
+def test_split(tokens_path: str, splits_path: str, labels: list[str]) -> tuple[list, list[int]]:
+    frame = pd.read_parquet(tokens_path).merge(
+        pd.read_parquet(splits_path)[["doc_id", "split"]], on="doc_id", validate="one_to_one")
+    test = frame[frame["split"] == "test"]
+    unknown = sorted(set(test["label"]) - set(labels))
+    if unknown:
+        raise ValueError(f"test labels {unknown} are not in the model's labels {labels}; "
+                         "the model folder is stale: run `dvc repro train`.")
+    index = {label: i for i, label in enumerate(labels)}
+    return [list(map(int, ids)) for ids in test["input_ids"]], [index[l] for l in test["label"]]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = stage_parser(__doc__)
+    parser.add_argument("--tokens", required=True)
+    parser.add_argument("--splits", required=True)
+    parser.add_argument("--model-dir", required=True)
+    parser.add_argument("--run-file", required=True, help="JSON naming the training run")
+    parser.add_argument("--metrics", required=True, help="output metrics JSON")
+    parser.add_argument("--confusion", required=True, help="output CSV of (actual, predicted)")
+    args = parser.parse_args(argv)
+    setup_logging()
+    cfg = load_params(args.params)["evaluate"]
+    model, labels = load_classifier(args.model_dir)
+    pad_id = int(model.hf.config.pad_token_id or 0)
+    input_ids, y_true = test_split(args.tokens, args.splits, labels)
+    accelerator = make_accelerator()
+    model.to(accelerator.device)
+    probs = predict_proba(model, input_ids, cfg.batch_size, pad_id, accelerator)
+    y_pred = probs.argmax(axis=1)
+    metrics = test_metrics(y_true, y_pred, labels)
+    write_json(args.metrics, metrics)
+    Path(args.confusion).parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame({"actual": [labels[i] for i in y_true],
+                  "predicted": [labels[i] for i in y_pred]}).to_csv(args.confusion, index=False)
+    run = read_json(args.run_file)
+    mlflow.set_tracking_uri(run["tracking_uri"])
+    with mlflow.start_run(run_id=run["run_id"]):
+        mlflow.log_metrics(mlflow_metrics(metrics))
+        mlflow.log_artifact(args.metrics)
+        mlflow.log_artifact(args.confusion)
+    log.info("test accuracy %.4f, macro-F1 %.4f on %d documents",
+             metrics["accuracy"], metrics["macro_f1"], metrics["n_test"])
+
+
+if __name__ == "__main__":
+    main()

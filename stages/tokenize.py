@@ -1,0 +1,41 @@
+"""Stage tokenize: corpus.parquet -> unpadded token ids + token-length stats.
+
+Run as `python -m stages.tokenize` (a script named tokenize.py run by path would
+shadow the standard library's tokenize module).
+"""
+from __future__ import annotations
+
+import logging
+
+import pandas as pd
+
+from textclf.config import load_params
+from textclf.io import setup_logging, stage_parser, write_json, write_parquet
+from textclf.modeling import load_tokenizer
+from textclf.tokens import length_stats, tokenize_texts
+
+log = logging.getLogger("tokenize")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = stage_parser(__doc__)
+    parser.add_argument("--corpus", required=True)
+    parser.add_argument("--tokens", required=True, help="output parquet of token ids")
+    parser.add_argument("--stats", required=True, help="output token-length stats JSON")
+    args = parser.parse_args(argv)
+    setup_logging()
+    params = load_params(args.params)
+    cfg, model = params["tokenize"], params["model"]
+    corpus = pd.read_parquet(args.corpus)
+    tokenizer = load_tokenizer(model.name)
+    ids, lengths = tokenize_texts(tokenizer, corpus["text"].tolist(), cfg.max_length, cfg.truncation)
+    out = pd.DataFrame({"doc_id": corpus["doc_id"], "label": corpus["label"],
+                        "input_ids": ids, "n_tokens": lengths})
+    write_parquet(out, args.tokens)
+    stats = length_stats(lengths, cfg.max_length)
+    write_json(args.stats, stats)
+    log.info("tokenized %d documents: %s", len(out), stats)
+
+
+if __name__ == "__main__":
+    main()

