@@ -1,0 +1,78 @@
+"""End to end: real `dvc repro` on a copy of the repo, real packaged MiniLM, real MLflow store."""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from conftest import REPO, write_params
+
+GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com"}
+
+
+def copy_repo(dst: Path) -> Path:
+    """The repo's tracked and untracked-but-not-ignored files, as a fresh git repo."""
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO,
+                           capture_output=True, text=True, check=True).stdout.split("\0")
+    for rel in filter(None, files):
+        if (REPO / rel).is_file():
+            (dst / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / rel, dst / rel)
+    env = {**os.environ, **GIT_ENV}
+    for cmd in (["git", "init", "-q"], ["git", "add", "-A"], ["git", "commit", "-qm", "copy"]):
+        subprocess.run(cmd, cwd=dst, check=True, env=env)
+    return dst
+
+
+def dvc(repo: Path, *args: str) -> str:
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
+    proc = subprocess.run(["dvc", *args], cwd=repo, capture_output=True, text=True, env={**env, **GIT_ENV})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout + proc.stderr
+
+
+def ran(output: str) -> set[str]:
+    return set(re.findall(r"Running stage '(\w+)'", output))
+
+
+def runs(repo: Path):
+    client = MlflowClient(f"sqlite:///{repo / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("textclf")
+    return client, ([] if exp is None else client.search_runs(exp.experiment_id))
+
+
+def test_dvc_repro_end_to_end(tmp_path):
+    repo = copy_repo(tmp_path / "repo")
+    write_params(repo / "params.yaml", tokenize={"max_length": 64}, train={"epochs": 1})
+    out = dvc(repo, "repro")
+    assert ran(out) == {"ingest", "tokenize", "split", "train", "evaluate", "report"}
+    for rel in ("data/interim/corpus.parquet", "data/interim/ingest_report.json",
+                "data/processed/tokens.parquet", "data/processed/splits.parquet",
+                "models/model/model.safetensors", "reports/train_curve.csv",
+                "reports/confusion.csv", "reports/report.md"):
+        assert (repo / rel).is_file(), rel
+    metrics = json.loads((repo / "reports/metrics.json").read_text())
+    assert {"accuracy", "macro_f1", "per_class", "confusion", "n_test"} <= set(metrics)
+    assert "Test metrics" in (repo / "reports/report.md").read_text()
+
+    client, (run,) = runs(repo)
+    assert run.info.status == "FINISHED"
+    assert run.data.metrics["test_accuracy"] == pytest.approx(metrics["accuracy"])
+    assert "val_accuracy" in run.data.metrics and run.data.params["train.epochs"] == "1"
+    shown = dvc(repo, "metrics", "show")
+    assert "accuracy" in shown
+
+    out = dvc(repo, "repro")  # nothing changed: no stage runs, no new MLflow run
+    assert ran(out) == set() and len(runs(repo)[1]) == 1
+
+    write_params(repo / "params.yaml", train={"epochs": 2})
+    out = dvc(repo, "repro")
+    assert ran(out) == {"train", "evaluate", "report"}
+    assert len(runs(repo)[1]) == 2

