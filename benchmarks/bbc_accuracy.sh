@@ -9,7 +9,7 @@ BBC="$(realpath "${BBC:-../shared/data/bbc}")"
 export PATH="$PWD/.venv/bin:$PATH"
 time dvc exp run --temp \
   -S "ingest.source=$BBC" \
-  -S tokenize.max_length=256 -S tokenize.truncation=head+tail \
-  -S train.epochs=3 -S train.batch_size=16 -S train.lr=1.0e-4 \
+  -S tokenize.max_length=256 -S tokenize.truncation=head \
+  -S train.epochs=4 -S train.batch_size=16 -S train.lr=1.0e-4 \
   "$@"
 dvc exp show --only-changed --drop 'confusion.*|per_class.*'

@@ -13,8 +13,9 @@ BBC = REPO.parent / "shared" / "data" / "bbc"
 
 
 def write_params(path: Path, **sections) -> Path:
-    """params.yaml from the repo's, with sections overridden key by key."""
-    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    """`path` (or, if it does not exist yet, the repo's params.yaml) with sections
+    overridden key by key."""
+    params = yaml.safe_load((path if path.exists() else REPO / "params.yaml").read_text())
     for section, values in sections.items():
         params.setdefault(section, {}).update(values)
     path.write_text(yaml.safe_dump(params, sort_keys=False))
