@@ -35,19 +35,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--splits", required=True)
     parser.add_argument("--model-dir", required=True)
     parser.add_argument("--run-file", required=True, help="JSON naming the training run")
+    parser.add_argument("--guards", required=True, help="guard results from train")
     parser.add_argument("--metrics", required=True, help="output metrics JSON")
     parser.add_argument("--confusion", required=True, help="output CSV of (actual, predicted)")
     args = parser.parse_args(argv)
     setup_logging()
     cfg = load_params(args.params)["evaluate"]
     model, labels = load_classifier(args.model_dir)
-    pad_id = int(model.hf.config.pad_token_id or 0)
+    pad_id = int(model.encoder.config.pad_token_id or 0)
     input_ids, y_true = test_split(args.tokens, args.splits, labels)
     accelerator = make_accelerator()
     model.to(accelerator.device)
     probs = predict_proba(model, input_ids, cfg.batch_size, pad_id, accelerator)
     y_pred = probs.argmax(axis=1)
     metrics = test_metrics(y_true, y_pred, labels)
+    metrics["guards"] = {name: g["status"] for name, g in read_json(args.guards).items()}
     write_json(args.metrics, metrics)
     Path(args.confusion).parent.mkdir(parents=True, exist_ok=True)
     pd.DataFrame({"actual": [labels[i] for i in y_true],

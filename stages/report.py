@@ -25,7 +25,8 @@ def data_section(ingest: dict, tokens: dict, counts: dict) -> list[str]:
         "## Data", "",
         f"Source `{ingest['source']}`: {ingest['files_seen']} files seen, {ingest['kept']} kept; "
         f"skipped: {skipped}. Decoded by fallback encoding: {fallback}. "
-        f"Duplicates differing only in whitespace/Unicode form: {ingest['duplicates_not_byte_identical']}.", "",
+        "Duplicates differing only in whitespace/Unicode form: "
+        f"{ingest['duplicates_not_byte_identical']}.", "",
         table([[s] + [counts[s].get(c, 0) for c in ingest["per_class"]] for s in counts],
               ["split"] + list(ingest["per_class"])), "",
         "## Token lengths", "",

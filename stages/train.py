@@ -1,12 +1,13 @@
-"""Stage train: token ids + split -> fine-tuned model folder, training curve, MLflow run.
+"""Stage train: token ids + split -> fine-tuned model folder, training curve, guard
+results, weight movement and one MLflow run.
 
-The model folder holds safetensors weights, the tokenizer, the label map (in
-config.json) and params.json, the params that built it.
+Guards run in order: pretrained-load audit, optimizer coverage, learning-rate sanity,
+the collapse detector at each validation, and the weight-movement audit at the end.
+A failing guard records its result (reports/guards.json, MLflow tag) and fails the stage.
 """
 from __future__ import annotations
 
 import csv
-import dataclasses
 import logging
 from pathlib import Path
 
@@ -14,15 +15,18 @@ import mlflow
 import pandas as pd
 from accelerate.utils import set_seed
 
+from textclf import guards
+from textclf.batching import Collator
 from textclf.config import flatten, load_params
 from textclf.io import setup_logging, stage_parser, write_json
-from textclf.modeling import build_classifier, load_tokenizer
+from textclf.modeling import build_model, encoder_param_names, load_tokenizer, save_model
+from textclf.policy import apply_policy, describe_groups, find_unused, make_optimizer, param_groups
 from textclf.tracking import lineage_tags, use_experiment
 from textclf.training import Split, fit, make_accelerator
 
 log = logging.getLogger("train")
 LOGGED_SECTIONS = ("ingest", "tokenize", "split", "model", "train")
-CURVE_FIELDS = ["epoch", "train_loss", "val_accuracy", "val_macro_f1"]
+CURVE_FIELDS = ["epoch", "train_loss", "val_accuracy", "val_macro_f1", "top_share", "pred_entropy"]
 
 
 def load_splits(tokens_path: str, splits_path: str) -> tuple[dict[str, Split], list[str]]:
@@ -36,19 +40,73 @@ def load_splits(tokens_path: str, splits_path: str) -> tuple[dict[str, Split], l
     return splits, labels
 
 
-class CurveWriter:
-    """Per-epoch rows to a CSV (DVC plots) and to MLflow, as they come."""
+class GuardBook:
+    """Guard results, kept for reports/guards.json and set as MLflow tags `guard.<name>`;
+    written out even when a guard fails the stage."""
 
     def __init__(self, path: str):
-        self.path = Path(path)
+        self.path, self.results = path, {}
+
+    def record(self, name: str, status: str, message: str, **extra) -> None:
+        self.results[name] = {"status": status, "message": message, **extra}
+        mlflow.set_tag(f"guard.{name}", status)
+        write_json(self.path, self.results)
+
+    def check(self, name: str, fn, *args):
+        try:
+            status, message = fn(*args)
+        except ValueError as err:
+            self.record(name, "fail", str(err))
+            raise
+        self.record(name, status, message)
+
+
+class EpochLogger:
+    """Per-epoch rows to a CSV (DVC plots) and MLflow, plus the collapse detector."""
+
+    def __init__(self, path: str, y_val: list[int], labels: list[str], cfg, book: GuardBook):
+        self.path, self.y_val, self.labels, self.cfg, self.book = Path(path), y_val, labels, cfg, book
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("w", newline="") as fh:
             csv.writer(fh).writerow(CURVE_FIELDS)
 
-    def __call__(self, row: dict) -> None:
+    def __call__(self, row: dict, probs) -> None:
+        stats = guards.collapse_check(probs.argmax(axis=1), self.y_val, self.labels,
+                                      self.cfg.collapse_share)
+        row = {**row, "top_share": stats["top_share"], "pred_entropy": stats["pred_entropy"]}
         with self.path.open("a", newline="") as fh:
             csv.writer(fh).writerow([row[k] for k in CURVE_FIELDS])
         mlflow.log_metrics({k: v for k, v in row.items() if k != "epoch"}, step=row["epoch"])
+        if stats["collapsed"]:
+            message = guards.collapse_message(stats)
+            log.warning(message)
+            self.book.record("collapse", "collapsed", message, epoch=row["epoch"], **stats)
+            if self.cfg.fail_on_collapse:
+                raise ValueError(message + " (train.fail_on_collapse is true)")
+        elif "collapse" not in self.book.results or self.book.results["collapse"]["status"] == "pass":
+            self.book.record("collapse", "pass", f"top class share {stats['top_share']:.0%}",
+                             epoch=row["epoch"], **stats)
+
+
+def prepare(params, splits, labels, pad_id, book: GuardBook):
+    """Build the model, audit it, apply the encoder policy, build and check the optimizer."""
+    cfg, model_cfg = params["train"], params["model"]
+    model, new = build_model(model_cfg, labels)
+    probe = Collator(pad_id)([(ids, -1) for ids in splits["train"].input_ids[:2]])
+    unused = find_unused(model, probe["input_ids"], probe["attention_mask"])
+    encoder = encoder_param_names(model)
+    book.check("load_audit", guards.load_audit, new, encoder, unused, model_cfg.allow_random_init)
+    frozen = apply_policy(model, cfg, unused)
+    groups = param_groups(model, cfg)
+    described = describe_groups(groups)
+    for g in described:
+        log.info("param group %s: %d tensors, %d parameters, lr %g, weight decay %g",
+                 g["group"], g["tensors"], g["parameters"], g["lr"], g["weight_decay"])
+    mlflow.log_dict({"groups": described, "frozen": frozen}, "param_groups.json")
+    optimizer = make_optimizer(groups, cfg)
+    book.check("optimizer_coverage", guards.optimizer_coverage, model, optimizer, frozen)
+    book.check("lr_sanity", guards.lr_sanity, cfg.encoder, cfg.lr_encoder)
+    return model, optimizer, encoder
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -57,32 +115,38 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--splits", required=True)
     parser.add_argument("--model-dir", required=True, help="output model folder")
     parser.add_argument("--curve", required=True, help="output CSV: per-epoch loss and validation scores")
+    parser.add_argument("--guards", required=True, help="output JSON: guard results")
+    parser.add_argument("--movement", required=True, help="output CSV: relative weight change per layer")
     parser.add_argument("--run-file", required=True, help="output JSON naming the MLflow run")
     args = parser.parse_args(argv)
     setup_logging()
     params = load_params(args.params)
-    cfg, model_cfg = params["train"], params["model"]
+    cfg = params["train"]
     splits, labels = load_splits(args.tokens, args.splits)
-    tokenizer = load_tokenizer(model_cfg.name)
+    tokenizer = load_tokenizer(params["model"].name)
     set_seed(cfg.seed)  # before the head is initialised
     accelerator = make_accelerator()
-    model = build_classifier(model_cfg.name, labels)
-    experiment_id = use_experiment()
-    with mlflow.start_run(experiment_id=experiment_id) as run:  # ends FAILED on an exception
+    with mlflow.start_run(experiment_id=use_experiment()) as run:  # ends FAILED on an exception
         log.info("MLflow run %s on %s", run.info.run_id, accelerator.device)
         logged = {s: params[s] for s in LOGGED_SECTIONS}
         mlflow.log_params(flatten(logged))
         mlflow.set_tags(lineage_tags({"tokens": args.tokens, "splits": args.splits}))
-        model = fit(model, splits["train"], splits["validation"], cfg, tokenizer.pad_token_id,
-                    accelerator, CurveWriter(args.curve))
-        if accelerator.is_main_process:
-            out = Path(args.model_dir)
-            model.save(out)
-            tokenizer.save_pretrained(out)
-            write_json(out / "params.json", {s: dataclasses.asdict(p) for s, p in logged.items()})
-            mlflow.log_artifacts(str(out), artifact_path="model")
-            write_json(args.run_file, {"run_id": run.info.run_id, "experiment_id": experiment_id,
-                                       "tracking_uri": mlflow.get_tracking_uri()})
+        book = GuardBook(args.guards)
+        model, optimizer, encoder = prepare(params, splits, labels, tokenizer.pad_token_id, book)
+        before = guards.snapshot(model)
+        model = fit(model, optimizer, splits["train"], splits["validation"], cfg,
+                    tokenizer.pad_token_id, accelerator,
+                    EpochLogger(args.curve, splits["validation"].labels, labels, cfg, book))
+        if not accelerator.is_main_process:
+            return
+        rows = guards.weight_movement(model, before, encoder)
+        pd.DataFrame(rows).to_csv(args.movement, index=False)
+        mlflow.log_artifact(args.movement)
+        book.check("weight_movement", guards.movement_check, model, before, encoder, cfg)
+        save_model(model, Path(args.model_dir), tokenizer, logged)
+        mlflow.log_artifacts(args.model_dir, artifact_path="model")
+        write_json(args.run_file, {"run_id": run.info.run_id, "experiment_id": run.info.experiment_id,
+                                   "tracking_uri": mlflow.get_tracking_uri()})
 
 
 if __name__ == "__main__":

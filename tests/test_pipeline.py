@@ -16,12 +16,16 @@ GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
            "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com"}
 
 
+OUTPUTS = ("dvc.lock", "data/interim/", "data/processed/", "models/", "reports/")
+
+
 def copy_repo(dst: Path) -> Path:
-    """The repo's tracked and untracked-but-not-ignored files, as a fresh git repo."""
+    """The repo's source files (tracked or new, not ignored), without pipeline outputs,
+    as a fresh git repo."""
     files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO,
                            capture_output=True, text=True, check=True).stdout.split("\0")
     for rel in filter(None, files):
-        if (REPO / rel).is_file():
+        if (REPO / rel).is_file() and not rel.startswith(OUTPUTS):
             (dst / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(REPO / rel, dst / rel)
     env = {**os.environ, **GIT_ENV}
@@ -76,3 +80,28 @@ def test_dvc_repro_end_to_end(tmp_path):
     out = dvc(repo, "repro")
     assert ran(out) == {"train", "evaluate", "report"}
     assert len(runs(repo)[1]) == 2
+
+
+def test_every_head_through_dvc_experiments(tmp_path):
+    """`dvc exp run -S model.head=...` for each head; `dvc exp show` has head, lr and guards."""
+    repo = copy_repo(tmp_path / "repo")
+    write_params(repo / "params.yaml", tokenize={"max_length": 64}, train={"epochs": 1})
+    subprocess.run(["git", "commit", "-qam", "tiny"], cwd=repo, check=True, env={**os.environ, **GIT_ENV})
+    for head in ("sequence_classification", "pooled", "textcnn"):
+        dvc(repo, "exp", "run", "-S", f"model.head={head}", "-n", head.replace("_", "-"))
+    shown = json.loads(dvc(repo, "exp", "show", "--json", "--no-pager"))
+    exps = {}
+    for baseline in shown:
+        for exp in baseline.get("experiments") or []:
+            rev = exp["revs"][0]
+            exps[rev["name"]] = rev["data"]
+    assert set(exps) == {"sequence-classification", "pooled", "textcnn"}
+    for name, data in exps.items():
+        params = data["params"]["params.yaml"]["data"]
+        metrics = data["metrics"]["reports/metrics.json"]["data"]
+        assert params["model"]["head"] == name.replace("-", "_")
+        assert "lr_encoder" in params["train"]
+        assert metrics["guards"]["load_audit"] == "pass"
+        assert metrics["guards"]["weight_movement"] == "pass"
+        assert 0 <= metrics["accuracy"] <= 1
+    assert len(runs(repo)[1]) == 3

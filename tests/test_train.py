@@ -21,7 +21,7 @@ def prepared(tmp_path, sample_corpus, tiny_model_dir, monkeypatch):
     monkeypatch.chdir(tmp_path)  # artifacts and git lookups stay in tmp_path
     params = write_params(tmp_path / "params.yaml", ingest={"source": str(sample_corpus)},
                           tokenize={"max_length": 64}, model={"name": str(tiny_model_dir)},
-                          train={"epochs": 2, "batch_size": 8, "lr": 1e-3})
+                          train={"epochs": 2, "batch_size": 8, "lr_encoder": 1e-3, "lr_head": 1e-3})
     p = ["--params", str(params)]
     ingest.main(p + ["--corpus", "c.parquet", "--report", "r.json"])
     tokenize_stage.main(p + ["--corpus", "c.parquet", "--tokens", "t.parquet", "--stats", "s.json"])
@@ -31,7 +31,14 @@ def prepared(tmp_path, sample_corpus, tiny_model_dir, monkeypatch):
 
 def run_train(p, model_dir="model", curve="curve.csv", run_file="run.json"):
     train.main(p + ["--tokens", "t.parquet", "--splits", "sp.parquet", "--model-dir", model_dir,
-                    "--curve", curve, "--run-file", run_file])
+                    "--curve", curve, "--guards", "guards.json", "--movement", "move.csv",
+                    "--run-file", run_file])
+
+
+def run_evaluate(p):
+    evaluate.main(p + ["--tokens", "t.parquet", "--splits", "sp.parquet", "--model-dir", "model",
+                       "--run-file", "run.json", "--guards", "guards.json",
+                       "--metrics", "m.json", "--confusion", "cm.csv"])
 
 
 def test_train_then_evaluate_log_one_run(prepared):
@@ -46,8 +53,7 @@ def test_train_then_evaluate_log_one_run(prepared):
     curve = pd.read_csv(tmp / "curve.csv")
     assert list(curve["epoch"]) == [1, 2] and curve["train_loss"].notna().all()
 
-    evaluate.main(p + ["--tokens", "t.parquet", "--splits", "sp.parquet", "--model-dir", "model",
-                       "--run-file", "run.json", "--metrics", "m.json", "--confusion", "cm.csv"])
+    run_evaluate(p)
     metrics = json.loads((tmp / "m.json").read_text())
     assert {"accuracy", "macro_f1", "per_class", "confusion", "n_test"} <= set(metrics)
     assert sum(sum(row.values()) for row in metrics["confusion"].values()) == metrics["n_test"] == 10
@@ -96,3 +102,32 @@ def test_temp_experiment_copies_log_to_the_project_store(tmp_path):
     copy.mkdir(parents=True)
     assert project_root(copy) == (tmp_path / "proj").resolve()
     assert project_root(tmp_path) == tmp_path.resolve()
+
+
+def test_random_encoder_fails_the_stage_with_the_audit_message(prepared, sample_corpus, tiny_model_dir):
+    """The from_config mistake, replayed: model.init=config builds a random encoder."""
+    tmp, _ = prepared
+    params = write_params(tmp / "params.yaml", model={"head": "pooled", "init": "config"})
+    with pytest.raises(ValueError, match="newly initialised"):
+        run_train(["--params", str(params)])
+    recorded = json.loads((tmp / "guards.json").read_text())
+    assert recorded["load_audit"]["status"] == "fail"
+    client = MlflowClient(tracking_uri())
+    (run,) = client.search_runs(client.get_experiment_by_name("textclf").experiment_id)
+    assert run.info.status == "FAILED" and run.data.tags["guard.load_audit"] == "fail"
+
+
+def test_guard_results_reach_metrics_and_mlflow(prepared):
+    tmp, p = prepared
+    run_train(p)
+    run_evaluate(p)
+    metrics = json.loads((tmp / "m.json").read_text())
+    assert set(metrics["guards"]) == {"load_audit", "optimizer_coverage", "lr_sanity",
+                                      "collapse", "weight_movement"}
+    assert metrics["guards"]["lr_sanity"] == "warn"  # the fixture trains at lr_encoder 1e-3
+    client = MlflowClient(tracking_uri())
+    (run,) = client.search_runs(client.get_experiment_by_name("textclf").experiment_id)
+    assert run.data.tags["guard.lr_sanity"] == "warn"
+    movement = pd.read_csv(tmp / "move.csv")
+    assert {"encoder", "head"} == set(movement["part"]) and (movement["relative_change"] >= 0).all()
+    assert "param_groups.json" in {a.path for a in client.list_artifacts(run.info.run_id)}

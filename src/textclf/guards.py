@@ -1,0 +1,160 @@
+"""Guards that turn the classic silent fine-tuning failures into loud ones.
+
+Each returns (status, message) with status "pass", "warn", "allowed" or raises
+ValueError naming the cause and the fix.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import re
+from collections import defaultdict
+
+import numpy as np
+import torch
+from torch import nn
+
+log = logging.getLogger(__name__)
+USUAL_LR = "1e-5…5e-5"
+
+
+def load_audit(new_params: set[str], encoder_params: set[str], unused: set[str],
+               allow_random_init: bool) -> tuple[str, str]:
+    """Only the head may be newly initialised. `new_params` are the names that did not
+    come from the checkpoint; parameters the head never uses do not count."""
+    random_encoder = sorted((new_params & encoder_params) - unused)
+    if not random_encoder:
+        return "pass", "every encoder parameter the head uses came from the checkpoint"
+    shown = ", ".join(random_encoder[:5]) + (" …" if len(random_encoder) > 5 else "")
+    message = (f"{len(random_encoder)} encoder parameter(s) were newly initialised, not loaded "
+               f"from the checkpoint: {shown}. The encoder is (partly) RANDOM: it was built from a "
+               "config (model.init: config), the model name is wrong, or the checkpoint does not "
+               "match the architecture. Use model.init: pretrained with a checkpoint of this "
+               "architecture, or set model.allow_random_init: true if random weights are intended.")
+    if allow_random_init:
+        log.warning(message)
+        return "allowed", message
+    raise ValueError(message)
+
+
+def optimizer_coverage(model: nn.Module, optimizer: torch.optim.Optimizer,
+                       frozen_reasons: dict[str, str]) -> tuple[str, str]:
+    """Every trainable parameter is in exactly one optimizer group, and every frozen
+    parameter is frozen on purpose (the params say so). Run before the first step."""
+    count: dict[int, int] = defaultdict(int)
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            count[id(p)] += 1
+    missing, doubled, unexplained = [], [], []
+    for name, p in model.named_parameters():
+        if p.requires_grad and count[id(p)] == 0:
+            missing.append(name)
+        elif count[id(p)] > 1:
+            doubled.append(name)
+        elif not p.requires_grad and name not in frozen_reasons:
+            unexplained.append(name)
+    problems = []
+    if missing:
+        problems.append(f"{len(missing)} trainable parameter(s) are in no optimizer group "
+                        f"(e.g. {missing[0]}): they will never change")
+    if doubled:
+        problems.append(f"{len(doubled)} parameter(s) are in several groups (e.g. {doubled[0]})")
+    if unexplained:
+        problems.append(f"{len(unexplained)} parameter(s) are frozen though train.encoder does not "
+                        f"say so (e.g. {unexplained[0]})")
+    if problems:
+        raise ValueError("optimizer coverage: " + "; ".join(problems) + ". Build the optimizer "
+                         "from every parameter with requires_grad (the encoder included), or set "
+                         "train.encoder: freeze | last_k if freezing is intended.")
+    return "pass", f"{sum(count.values())} parameters in {len(optimizer.param_groups)} groups"
+
+
+def lr_sanity(encoder_policy: str, lr_encoder: float) -> tuple[str, str]:
+    if encoder_policy == "finetune" and lr_encoder > 1e-4:
+        message = (f"train.lr_encoder={lr_encoder:g} is high for full fine-tuning; the usual "
+                   f"range is {USUAL_LR}. Rates near 1e-3 often collapse every prediction to one "
+                   "class.")
+        log.warning(message)
+        return "warn", message
+    return "pass", f"lr_encoder={lr_encoder:g}"
+
+
+def collapse_check(pred: np.ndarray, y_true: np.ndarray, labels: list[str],
+                   collapse_share: float) -> dict:
+    """Share of the most-predicted class and prediction entropy against the label prior."""
+    n = len(labels)
+    pred_share = np.bincount(pred, minlength=n) / len(pred)
+    true_share = np.bincount(y_true, minlength=n) / len(y_true)
+    top = int(pred_share.argmax())
+
+    def entropy(p):
+        p = p[p > 0]
+        return float(-(p * np.log(p)).sum())
+    collapsed = pred_share[top] >= collapse_share and true_share[top] < pred_share[top] / 2
+    return {"collapsed": bool(collapsed), "top_class": labels[top],
+            "top_share": float(pred_share[top]), "top_true_share": float(true_share[top]),
+            "pred_entropy": entropy(pred_share), "label_entropy": entropy(true_share)}
+
+
+def collapse_message(stats: dict) -> str:
+    return (f"predictions collapsed to class {stats['top_class']!r}: it takes "
+            f"{stats['top_share']:.0%} of validation predictions but only "
+            f"{stats['top_true_share']:.0%} of the labels (prediction entropy "
+            f"{stats['pred_entropy']:.2f} vs label entropy {stats['label_entropy']:.2f}). The "
+            f"learning rate is probably too high for fine-tuning: try train.lr_encoder in "
+            f"{USUAL_LR}, with warmup (train.warmup_ratio) and clipping (train.max_grad_norm).")
+
+
+_LAYER = re.compile(r"^(.*?\.(?:layer|layers|h|block)\.\d+)\.")
+
+
+def layer_of(name: str) -> str:
+    """'hf.bert.encoder.layer.3.attention.self.query.weight' -> 'hf.bert.encoder.layer.3'."""
+    m = _LAYER.match(name)
+    return m.group(1) if m else name.rsplit(".", 2)[0] if name.count(".") >= 2 else name
+
+
+def snapshot(model: nn.Module) -> dict[str, torch.Tensor]:
+    return {n: p.detach().float().cpu().clone() for n, p in model.named_parameters()}
+
+
+def weight_movement(model: nn.Module, before: dict[str, torch.Tensor],
+                    encoder_params: set[str]) -> list[dict]:
+    """Per-layer relative change ||W - W0|| / ||W0||, encoder and head."""
+    diff, base = defaultdict(float), defaultdict(float)
+    for name, p in model.named_parameters():
+        w0 = before[name]
+        key = ("encoder" if name in encoder_params else "head", layer_of(name))
+        diff[key] += float((p.detach().float().cpu() - w0).pow(2).sum())
+        base[key] += float(w0.pow(2).sum())
+    return [{"part": part, "layer": layer,
+             "relative_change": math.sqrt(diff[part, layer]) / max(math.sqrt(base[part, layer]), 1e-12)}
+            for part, layer in diff]
+
+
+def relative_change(model: nn.Module, before: dict[str, torch.Tensor], names: set[str]) -> float:
+    """||W - W0|| / ||W0|| over the named parameters together."""
+    num = den = 0.0
+    for name, p in model.named_parameters():
+        if name in names:
+            num += float((p.detach().float().cpu() - before[name]).pow(2).sum())
+            den += float(before[name].pow(2).sum())
+    return math.sqrt(num) / max(math.sqrt(den), 1e-12)
+
+
+def movement_check(model: nn.Module, before: dict[str, torch.Tensor], encoder: set[str],
+                   cfg) -> tuple[str, str]:
+    """If the policy says the encoder trains, it must have moved."""
+    trainable = {n for n, p in model.named_parameters() if n in encoder and p.requires_grad}
+    if cfg.encoder == "freeze" or not trainable:
+        change = relative_change(model, before, encoder)
+        return "pass", f"encoder frozen by train.encoder={cfg.encoder}; relative change {change:.2e}"
+    change = relative_change(model, before, trainable)
+    if change < cfg.min_encoder_change:
+        raise ValueError(
+            f"encoder did not change: relative weight change {change:.2e} < "
+            f"train.min_encoder_change={cfg.min_encoder_change:g} although train.encoder="
+            f"{cfg.encoder}. The optimizer probably holds only the head, or lr_encoder "
+            f"({cfg.lr_encoder:g}) is ~0. Put the encoder parameters in the optimizer, or set "
+            "train.encoder: freeze if a frozen encoder is what you want.")
+    return "pass", f"encoder relative change {change:.2e}"

