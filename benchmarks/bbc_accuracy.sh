@@ -10,6 +10,6 @@ export PATH="$PWD/.venv/bin:$PATH"
 time dvc exp run --temp \
   -S "ingest.source=$BBC" \
   -S tokenize.max_length=256 -S tokenize.truncation=head \
-  -S train.epochs=4 -S train.batch_size=16 -S train.lr_encoder=1.0e-4 \
+  -S train.epochs=3 -S train.batch_size=16 -S train.lr_encoder=1.0e-4 \
   "$@"
 dvc exp show --only-changed --drop 'confusion.*|per_class.*'

