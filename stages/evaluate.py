@@ -10,7 +10,7 @@ import pandas as pd
 
 from textclf.config import load_params
 from textclf.evaluation import mlflow_metrics, test_metrics
-from textclf.io import read_json, setup_logging, stage_parser, write_json
+from textclf.io import read_json, run_stage, setup_logging, stage_parser, write_json
 from textclf.modeling import load_classifier
 from textclf.training import make_accelerator, predict_proba
 
@@ -65,4 +65,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_stage(main)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from textclf.config import load_params
 from textclf.corpus import build_corpus
-from textclf.io import setup_logging, stage_parser, write_json, write_parquet
+from textclf.io import run_stage, setup_logging, stage_parser, write_json, write_parquet
 
 log = logging.getLogger("ingest")
 
@@ -29,4 +29,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_stage(main)

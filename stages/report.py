@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from textclf.io import read_json, setup_logging, stage_parser
+from textclf.io import read_json, run_stage, setup_logging, stage_parser
 
 log = logging.getLogger("report")
 
@@ -64,4 +64,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_stage(main)

@@ -5,7 +5,7 @@ import logging
 import pandas as pd
 
 from textclf.config import load_params
-from textclf.io import setup_logging, stage_parser, write_json, write_parquet
+from textclf.io import run_stage, setup_logging, stage_parser, write_json, write_parquet
 from textclf.splitting import class_counts, stratified_split
 
 log = logging.getLogger("split")
@@ -27,4 +27,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_stage(main)

@@ -10,7 +10,7 @@ import logging
 import pandas as pd
 
 from textclf.config import load_params
-from textclf.io import setup_logging, stage_parser, write_json, write_parquet
+from textclf.io import run_stage, setup_logging, stage_parser, write_json, write_parquet
 from textclf.modeling import load_tokenizer
 from textclf.tokens import length_stats, tokenize_texts
 
@@ -38,4 +38,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_stage(main)

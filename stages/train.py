@@ -18,7 +18,7 @@ from accelerate.utils import set_seed
 from textclf import guards
 from textclf.batching import Collator
 from textclf.config import flatten, load_params
-from textclf.io import setup_logging, stage_parser, write_json
+from textclf.io import run_stage, setup_logging, stage_parser, write_json
 from textclf.modeling import build_model, encoder_param_names, load_tokenizer, save_model
 from textclf.policy import apply_policy, describe_groups, find_unused, make_optimizer, param_groups
 from textclf.tracking import lineage_tags, use_experiment
@@ -150,4 +150,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_stage(main)

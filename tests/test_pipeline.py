@@ -105,3 +105,13 @@ def test_every_head_through_dvc_experiments(tmp_path):
         assert metrics["guards"]["weight_movement"] == "pass"
         assert 0 <= metrics["accuracy"] <= 1
     assert len(runs(repo)[1]) == 3
+
+
+def test_a_bad_input_is_one_clear_line_not_a_traceback(tmp_path):
+    params = write_params(tmp_path / "params.yaml", ingest={"source": str(tmp_path / "nowhere")})
+    proc = subprocess.run([sys.executable, "-m", "stages.ingest", "--params", str(params),
+                           "--corpus", str(tmp_path / "c.parquet"), "--report", str(tmp_path / "r.json")],
+                          cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 1
+    assert "ingest.source=" in proc.stderr and "does not exist" in proc.stderr
+    assert "Traceback" not in proc.stderr

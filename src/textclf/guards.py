@@ -25,7 +25,8 @@ def load_audit(new_params: set[str], encoder_params: set[str], unused: set[str],
     random_encoder = sorted((new_params & encoder_params) - unused)
     if not random_encoder:
         return "pass", "every encoder parameter the head uses came from the checkpoint"
-    shown = ", ".join(random_encoder[:5]) + (" …" if len(random_encoder) > 5 else "")
+    more = len(random_encoder) - 5
+    shown = ", ".join(random_encoder[:5]) + (f" and {more} more" if more > 0 else "")
     message = (f"{len(random_encoder)} encoder parameter(s) were newly initialised, not loaded "
                f"from the checkpoint: {shown}. The encoder is (partly) RANDOM: it was built from a "
                "config (model.init: config), the model name is wrong, or the checkpoint does not "

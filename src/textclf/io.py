@@ -4,8 +4,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 
 def stage_parser(description: str) -> argparse.ArgumentParser:
@@ -31,3 +32,13 @@ def read_json(path: str | Path) -> Any:
 def write_parquet(frame, path: str | Path) -> None:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     frame.to_parquet(path, index=False)
+
+
+def run_stage(main: Callable[[], None]) -> None:
+    """Entry point of a stage script: a ValueError (bad input or a failed guard) is logged
+    as one clear message and exit status 1, without a traceback."""
+    try:
+        main()
+    except ValueError as err:
+        logging.getLogger("textclf").error("%s", err)
+        sys.exit(1)
