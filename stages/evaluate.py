@@ -8,6 +8,7 @@ from pathlib import Path
 import mlflow
 import pandas as pd
 
+from textclf.batching import read_token_splits
 from textclf.config import load_params
 from textclf.evaluation import mlflow_metrics, test_metrics
 from textclf.io import read_json, run_stage, setup_logging, stage_parser, write_json
@@ -15,18 +16,6 @@ from textclf.modeling import load_classifier
 from textclf.training import make_accelerator, predict_proba
 
 log = logging.getLogger("evaluate")
-
-
-def test_split(tokens_path: str, splits_path: str, labels: list[str]) -> tuple[list, list[int]]:
-    frame = pd.read_parquet(tokens_path).merge(
-        pd.read_parquet(splits_path)[["doc_id", "split"]], on="doc_id", validate="one_to_one")
-    test = frame[frame["split"] == "test"]
-    unknown = sorted(set(test["label"]) - set(labels))
-    if unknown:
-        raise ValueError(f"test labels {unknown} are not in the model's labels {labels}; "
-                         "the model folder is stale: run `dvc repro train`.")
-    index = {label: i for i, label in enumerate(labels)}
-    return [list(map(int, ids)) for ids in test["input_ids"]], [index[l] for l in test["label"]]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -43,7 +32,8 @@ def main(argv: list[str] | None = None) -> None:
     cfg = load_params(args.params)["evaluate"]
     model, labels = load_classifier(args.model_dir)
     pad_id = int(model.encoder.config.pad_token_id or 0)
-    input_ids, y_true = test_split(args.tokens, args.splits, labels)
+    test = read_token_splits(args.tokens, args.splits, labels)[0]["test"]
+    input_ids, y_true = test.input_ids, test.labels
     accelerator = make_accelerator()
     model.to(accelerator.device)
     probs = predict_proba(model, input_ids, cfg.batch_size, pad_id, accelerator)

@@ -16,28 +16,17 @@ import pandas as pd
 from accelerate.utils import set_seed
 
 from textclf import guards
-from textclf.batching import Collator
+from textclf.batching import Collator, read_token_splits
 from textclf.config import flatten, load_params
 from textclf.io import run_stage, setup_logging, stage_parser, write_json
 from textclf.modeling import build_model, encoder_param_names, load_tokenizer, save_model
 from textclf.policy import apply_policy, describe_groups, find_unused, make_optimizer, param_groups
 from textclf.tracking import lineage_tags, use_experiment
-from textclf.training import Split, fit, make_accelerator
+from textclf.training import fit, make_accelerator
 
 log = logging.getLogger("train")
 LOGGED_SECTIONS = ("ingest", "tokenize", "split", "model", "train")
 CURVE_FIELDS = ["epoch", "train_loss", "val_accuracy", "val_macro_f1", "top_share", "pred_entropy"]
-
-
-def load_splits(tokens_path: str, splits_path: str) -> tuple[dict[str, Split], list[str]]:
-    frame = pd.read_parquet(tokens_path).merge(
-        pd.read_parquet(splits_path)[["doc_id", "split"]], on="doc_id", validate="one_to_one")
-    labels = sorted(frame["label"].unique())
-    index = {label: i for i, label in enumerate(labels)}
-    splits = {name: Split([list(map(int, ids)) for ids in part["input_ids"]],
-                          [index[l] for l in part["label"]])
-              for name, part in frame.groupby("split")}
-    return splits, labels
 
 
 class GuardBook:
@@ -122,7 +111,7 @@ def main(argv: list[str] | None = None) -> None:
     setup_logging()
     params = load_params(args.params)
     cfg = params["train"]
-    splits, labels = load_splits(args.tokens, args.splits)
+    splits, labels = read_token_splits(args.tokens, args.splits)
     tokenizer = load_tokenizer(params["model"].name)
     set_seed(cfg.seed)  # before the head is initialised
     accelerator = make_accelerator()

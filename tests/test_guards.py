@@ -5,11 +5,11 @@ import torch
 from accelerate.utils import set_seed
 
 from textclf import guards
-from textclf.batching import Collator
+from textclf.batching import Collator, Split
 from textclf.config import ModelParams, TextCNNParams, TrainParams
 from textclf.modeling import build_model, encoder_param_names, load_tokenizer
 from textclf.policy import apply_policy, find_unused, make_optimizer, param_groups
-from textclf.training import Split, fit, make_accelerator
+from textclf.training import fit, make_accelerator
 
 from conftest import REPO
 

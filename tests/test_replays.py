@@ -5,12 +5,13 @@ import numpy as np
 import pytest
 
 from textclf import guards
+from textclf.batching import Split
 from textclf.config import ModelParams, TrainParams
 from textclf.corpus import build_corpus
 from textclf.modeling import build_model, load_tokenizer
 from textclf.policy import make_optimizer, param_groups
 from textclf.tokens import tokenize_texts
-from textclf.training import Split, fit, make_accelerator, predict_proba
+from textclf.training import fit, make_accelerator, predict_proba
 
 from conftest import BBC
 

@@ -5,13 +5,41 @@ member. Grouping similar lengths into a batch keeps that padding small.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
+import pandas as pd
 import torch
 from torch.utils.data import Dataset, Sampler
 
 # Batches are formed inside windows of this many batches, sorted by length there:
 # enough to group lengths well, small enough to keep the epoch order random.
 MEGABATCH = 50
+
+
+@dataclass
+class Split:
+    input_ids: list[list[int]]
+    labels: list[int]
+
+
+def read_token_splits(tokens_path: str, splits_path: str,
+                      labels: list[str] | None = None) -> tuple[dict[str, Split], list[str]]:
+    """Join token ids with the split assignment -> ({split name: Split}, label names).
+    `labels` fixes the label order (a trained model's); by default it is sorted."""
+    frame = pd.read_parquet(tokens_path).merge(
+        pd.read_parquet(splits_path)[["doc_id", "split"]], on="doc_id", validate="one_to_one")
+    found = sorted(frame["label"].unique())
+    labels = found if labels is None else labels
+    unknown = sorted(set(found) - set(labels))
+    if unknown:
+        raise ValueError(f"labels {unknown} in {tokens_path} are not among the model's labels "
+                         f"{labels}; the model folder is stale: run `dvc repro train`.")
+    index = {label: i for i, label in enumerate(labels)}
+    splits = {name: Split([list(map(int, ids)) for ids in part["input_ids"]],
+                          [index[l] for l in part["label"]])
+              for name, part in frame.groupby("split")}
+    return splits, labels
 
 
 class TokenDataset(Dataset):

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -19,17 +18,11 @@ from torch import nn
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
-from textclf.batching import Collator, LengthGroupedBatchSampler, TokenDataset, sorted_batches
+from textclf.batching import Collator, LengthGroupedBatchSampler, Split, TokenDataset, sorted_batches
 from textclf.config import TrainParams
 
 log = logging.getLogger(__name__)
 LOG_EVERY = 10  # steps between loss reads: each read is a host sync
-
-
-@dataclass
-class Split:
-    input_ids: list[list[int]]
-    labels: list[int]
 
 
 def make_accelerator() -> Accelerator:
