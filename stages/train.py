@@ -13,6 +13,7 @@ from pathlib import Path
 
 import mlflow
 import pandas as pd
+import torch
 from accelerate.utils import set_seed
 
 from textclf import guards
@@ -92,7 +93,7 @@ def prepare(params, splits, labels, pad_id, book: GuardBook):
         log.info("param group %s: %d tensors, %d parameters, lr %g, weight decay %g",
                  g["group"], g["tensors"], g["parameters"], g["lr"], g["weight_decay"])
     mlflow.log_dict({"groups": described, "frozen": frozen}, "param_groups.json")
-    optimizer = make_optimizer(groups, cfg)
+    optimizer = make_optimizer(groups, cfg, fused=torch.cuda.is_available())
     book.check("optimizer_coverage", guards.optimizer_coverage, model, optimizer, frozen)
     book.check("lr_sanity", guards.lr_sanity, cfg.encoder, cfg.lr_encoder)
     return model, optimizer, encoder

@@ -75,8 +75,9 @@ def param_groups(model: nn.Module, cfg: TrainParams) -> list[dict]:
 
 
 def make_optimizer(groups: list[dict], cfg: TrainParams, fused: bool = False) -> torch.optim.Optimizer:
+    """AdamW (fused kernels on CUDA), or plain Adam to replay the seed's setup."""
     torch_groups = [{k: v for k, v in g.items() if k != "names"} for g in groups]
-    if cfg.optimizer == "adam":  # the seed's optimiser, for replaying it
+    if cfg.optimizer == "adam":
         return torch.optim.Adam(torch_groups, lr=cfg.lr_head)
     return torch.optim.AdamW(torch_groups, lr=cfg.lr_head, fused=fused or None)
 
