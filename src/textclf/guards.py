@@ -90,7 +90,7 @@ def collapse_check(pred: np.ndarray, y_true: np.ndarray, labels: list[str],
 
     def entropy(p):
         p = p[p > 0]
-        return float(-(p * np.log(p)).sum())
+        return float(-(p * np.log(p)).sum()) + 0.0  # + 0.0: no "-0.00" for a single class
     collapsed = pred_share[top] >= collapse_share and true_share[top] < pred_share[top] / 2
     return {"collapsed": bool(collapsed), "top_class": labels[top],
             "top_share": float(pred_share[top]), "top_true_share": float(true_share[top]),
