@@ -112,7 +112,7 @@ _LAYER = re.compile(r"^(.*?\.(?:layer|layers|h|block)\.\d+)\.")
 def layer_of(name: str) -> str:
     """'hf.bert.encoder.layer.3.attention.self.query.weight' -> 'hf.bert.encoder.layer.3'."""
     m = _LAYER.match(name)
-    return m.group(1) if m else name.rsplit(".", 2)[0] if name.count(".") >= 2 else name
+    return m.group(1) if m else name.rsplit(".", 1)[0]  # else the module owning the parameter
 
 
 def snapshot(model: nn.Module) -> dict[str, torch.Tensor]:
