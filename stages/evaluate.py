@@ -25,6 +25,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--model-dir", required=True)
     parser.add_argument("--run-file", required=True, help="JSON naming the training run")
     parser.add_argument("--guards", required=True, help="guard results from train")
+    parser.add_argument("--baseline", required=True, help="baseline scores JSON")
     parser.add_argument("--metrics", required=True, help="output metrics JSON")
     parser.add_argument("--confusion", required=True, help="output CSV of (actual, predicted)")
     args = parser.parse_args(argv)
@@ -40,6 +41,8 @@ def main(argv: list[str] | None = None) -> None:
     y_pred = probs.argmax(axis=1)
     metrics = test_metrics(y_true, y_pred, labels)
     metrics["guards"] = {name: g["status"] for name, g in read_json(args.guards).items()}
+    metrics["baseline"] = read_json(args.baseline)
+    metrics["gap"] = {k: metrics[k] - metrics["baseline"][k] for k in ("accuracy", "macro_f1")}
     write_json(args.metrics, metrics)
     Path(args.confusion).parent.mkdir(parents=True, exist_ok=True)
     pd.DataFrame({"actual": [labels[i] for i in y_true],

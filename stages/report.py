@@ -18,6 +18,18 @@ def table(rows: list[list], header: list[str]) -> str:
     return "\n".join(lines)
 
 
+def headline(metrics: dict) -> list[str]:
+    """Accuracy, macro-F1, the gap to the TF-IDF baseline and every guard, at a glance."""
+    base, gap = metrics["baseline"], metrics["gap"]
+    lines = [f"**Test accuracy {metrics['accuracy']:.4f}, macro-F1 {metrics['macro_f1']:.4f}** — "
+             f"TF-IDF baseline {base['accuracy']:.4f} / {base['macro_f1']:.4f}, "
+             f"gap {gap['accuracy']:+.4f} / {gap['macro_f1']:+.4f}.", ""]
+    if gap["accuracy"] < 0:
+        lines += ["> **WARNING: the fine-tuned model loses to the TF-IDF baseline.**", ""]
+    guards = ", ".join(f"{name}: {status}" for name, status in metrics["guards"].items())
+    return lines + [f"Guards — {guards}.", ""]
+
+
 def data_section(ingest: dict, tokens: dict, counts: dict) -> list[str]:
     skipped = ", ".join(f"{k} {v}" for k, v in ingest["skipped"].items()) or "none"
     fallback = sum(n for enc, n in ingest["encodings"].items() if enc not in ("utf-8", "utf-16"))
@@ -55,10 +67,11 @@ def main(argv: list[str] | None = None) -> None:
         parser.add_argument(f"--{name}", required=True)
     args = parser.parse_args(argv)
     setup_logging()
-    lines = ["# Training report", ""]
+    metrics = read_json(args.metrics)
+    lines = ["# Training report", ""] + headline(metrics)
     lines += data_section(read_json(args.ingest_report), read_json(args.token_stats),
                           read_json(args.split_counts))
-    lines += results_section(pd.read_csv(args.curve), read_json(args.metrics))
+    lines += results_section(pd.read_csv(args.curve), metrics)
     Path(args.out).write_text("\n".join(lines), encoding="utf-8")
     log.info("wrote %s", args.out)
 

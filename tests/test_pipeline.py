@@ -56,15 +56,16 @@ def test_dvc_repro_end_to_end(tmp_path):
     repo = copy_repo(tmp_path / "repo")
     write_params(repo / "params.yaml", tokenize={"max_length": 64}, train={"epochs": 1})
     out = dvc(repo, "repro")
-    assert ran(out) == {"ingest", "tokenize", "split", "train", "evaluate", "report"}
+    assert ran(out) == {"ingest", "tokenize", "split", "baseline", "train", "evaluate", "report"}
     for rel in ("data/interim/corpus.parquet", "data/interim/ingest_report.json",
                 "data/processed/tokens.parquet", "data/processed/splits.parquet",
                 "models/model/model.safetensors", "reports/train_curve.csv",
                 "reports/confusion.csv", "reports/report.md"):
         assert (repo / rel).is_file(), rel
     metrics = json.loads((repo / "reports/metrics.json").read_text())
-    assert {"accuracy", "macro_f1", "per_class", "confusion", "n_test"} <= set(metrics)
-    assert "Test metrics" in (repo / "reports/report.md").read_text()
+    assert {"accuracy", "macro_f1", "per_class", "confusion", "n_test", "baseline", "gap"} <= set(metrics)
+    report = (repo / "reports/report.md").read_text()
+    assert "Test metrics" in report and "TF-IDF baseline" in report
 
     client, (run,) = runs(repo)
     assert run.info.status == "FINISHED"

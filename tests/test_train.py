@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
-from stages import evaluate, ingest, split, train
+from stages import baseline, evaluate, ingest, split, train
 from stages import tokenize as tokenize_stage
 from textclf.tracking import project_root, tracking_uri
 
@@ -36,8 +36,9 @@ def run_train(p, model_dir="model", curve="curve.csv", run_file="run.json"):
 
 
 def run_evaluate(p):
+    baseline.main(p + ["--corpus", "c.parquet", "--splits", "sp.parquet", "--out", "b.json"])
     evaluate.main(p + ["--tokens", "t.parquet", "--splits", "sp.parquet", "--model-dir", "model",
-                       "--run-file", "run.json", "--guards", "guards.json",
+                       "--run-file", "run.json", "--guards", "guards.json", "--baseline", "b.json",
                        "--metrics", "m.json", "--confusion", "cm.csv"])
 
 
@@ -65,6 +66,8 @@ def test_train_then_evaluate_log_one_run(prepared):
     assert run.info.status == "FINISHED"
     assert run.data.params["train.epochs"] == "2" and run.data.params["tokenize.max_length"] == "64"
     assert run.data.metrics["test_accuracy"] == pytest.approx(metrics["accuracy"])
+    assert metrics["gap"]["accuracy"] == pytest.approx(metrics["accuracy"] - metrics["baseline"]["accuracy"])
+    assert run.data.metrics["gap_accuracy"] == pytest.approx(metrics["gap"]["accuracy"])
     assert len(client.get_metric_history(run.info.run_id, "val_accuracy")) == 2
     assert {"git_commit", "dvc.md5.tokens", "dvc.md5.splits"} <= set(run.data.tags)
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id, "model")}

@@ -118,6 +118,14 @@ class TrainParams:
 
 
 @dataclass(frozen=True)
+class BaselineParams:
+    ngram_max: int = 2  # word n-grams 1..ngram_max
+    min_df: int = 1
+    C: float = 10.0  # inverse regularisation of the logistic regression
+    seed: int = 42
+
+
+@dataclass(frozen=True)
 class EvaluateParams:
     batch_size: int = 64
 
@@ -128,6 +136,7 @@ SECTIONS: dict[str, type] = {
     "split": SplitParams,
     "model": ModelParams,
     "train": TrainParams,
+    "baseline": BaselineParams,
     "evaluate": EvaluateParams,
 }
 

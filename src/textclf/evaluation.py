@@ -32,6 +32,9 @@ def mlflow_key(name: str) -> str:
 
 def mlflow_metrics(metrics: dict) -> dict[str, float]:
     flat = {"test_accuracy": metrics["accuracy"], "test_macro_f1": metrics["macro_f1"]}
+    for name in ("accuracy", "macro_f1"):
+        flat[f"baseline_{name}"] = metrics["baseline"][name]
+        flat[f"gap_{name}"] = metrics["gap"][name]
     for label, scores in metrics["per_class"].items():
         for name in ("precision", "recall", "f1"):
             flat[f"test_{name}.{mlflow_key(label)}"] = scores[name]
