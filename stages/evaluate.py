@@ -3,7 +3,6 @@ and the same numbers logged into the training run in MLflow."""
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 import mlflow
 import pandas as pd
@@ -11,7 +10,7 @@ import pandas as pd
 from textclf.batching import read_token_splits
 from textclf.config import load_params
 from textclf.evaluation import mlflow_metrics, test_metrics
-from textclf.io import read_json, run_stage, setup_logging, stage_parser, write_json
+from textclf.io import read_json, run_stage, setup_logging, stage_parser, write_csv, write_json
 from textclf.modeling import load_classifier
 from textclf.training import make_accelerator, predict_proba
 
@@ -28,6 +27,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--baseline", required=True, help="baseline scores JSON")
     parser.add_argument("--metrics", required=True, help="output metrics JSON")
     parser.add_argument("--confusion", required=True, help="output CSV of (actual, predicted)")
+    parser.add_argument("--per-class", required=True, help="output CSV: per-class F1, precision, recall")
     args = parser.parse_args(argv)
     setup_logging()
     cfg = load_params(args.params)["evaluate"]
@@ -44,9 +44,10 @@ def main(argv: list[str] | None = None) -> None:
     metrics["baseline"] = read_json(args.baseline)
     metrics["gap"] = {k: metrics[k] - metrics["baseline"][k] for k in ("accuracy", "macro_f1")}
     write_json(args.metrics, metrics)
-    Path(args.confusion).parent.mkdir(parents=True, exist_ok=True)
-    pd.DataFrame({"actual": [labels[i] for i in y_true],
-                  "predicted": [labels[i] for i in y_pred]}).to_csv(args.confusion, index=False)
+    write_csv(pd.DataFrame({"actual": [labels[i] for i in y_true],
+                            "predicted": [labels[i] for i in y_pred]}), args.confusion)
+    write_csv(pd.DataFrame([{"class": c, **{k: s[k] for k in ("f1", "precision", "recall")}}
+                            for c, s in metrics["per_class"].items()]), args.per_class)
     run = read_json(args.run_file)
     mlflow.set_tracking_uri(run["tracking_uri"])
     with mlflow.start_run(run_id=run["run_id"]):

@@ -10,9 +10,9 @@ import logging
 import pandas as pd
 
 from textclf.config import load_params
-from textclf.io import run_stage, setup_logging, stage_parser, write_json, write_parquet
+from textclf.io import run_stage, setup_logging, stage_parser, write_csv, write_json, write_parquet
 from textclf.modeling import load_tokenizer
-from textclf.tokens import length_stats, tokenize_texts
+from textclf.tokens import length_histogram, length_stats, tokenize_texts
 
 log = logging.getLogger("tokenize")
 
@@ -22,6 +22,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--corpus", required=True)
     parser.add_argument("--tokens", required=True, help="output parquet of token ids")
     parser.add_argument("--stats", required=True, help="output token-length stats JSON")
+    parser.add_argument("--histogram", required=True, help="output CSV: documents per length bin")
     args = parser.parse_args(argv)
     setup_logging()
     params = load_params(args.params)
@@ -34,6 +35,7 @@ def main(argv: list[str] | None = None) -> None:
     write_parquet(out, args.tokens)
     stats = length_stats(lengths, cfg.max_length)
     write_json(args.stats, stats)
+    write_csv(pd.DataFrame(length_histogram(lengths)), args.histogram)
     log.info("tokenized %d documents: %s", len(out), stats)
 
 

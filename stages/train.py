@@ -19,7 +19,7 @@ from accelerate.utils import set_seed
 from textclf import guards
 from textclf.batching import Collator, read_token_splits
 from textclf.config import flatten, load_params
-from textclf.io import run_stage, setup_logging, stage_parser, write_json
+from textclf.io import run_stage, setup_logging, stage_parser, write_csv, write_json
 from textclf.modeling import build_model, encoder_param_names, load_tokenizer, save_model
 from textclf.policy import apply_policy, describe_groups, find_unused, make_optimizer, param_groups
 from textclf.tracking import lineage_tags, use_experiment
@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> None:
         if not accelerator.is_main_process:
             return
         rows = guards.weight_movement(model, before, encoder)
-        pd.DataFrame(rows).to_csv(args.movement, index=False)
+        write_csv(pd.DataFrame(rows), args.movement)
         mlflow.log_artifact(args.movement)
         book.check("weight_movement", guards.movement_check, model, before, encoder, cfg)
         save_model(model, Path(args.model_dir), tokenizer, logged)

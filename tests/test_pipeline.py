@@ -60,7 +60,8 @@ def test_dvc_repro_end_to_end(tmp_path):
     for rel in ("data/interim/corpus.parquet", "data/interim/ingest_report.json",
                 "data/processed/tokens.parquet", "data/processed/splits.parquet",
                 "models/model/model.safetensors", "reports/train_curve.csv",
-                "reports/confusion.csv", "reports/report.md"):
+                "reports/confusion.csv", "reports/per_class.csv", "reports/token_lengths.csv",
+                "reports/weight_change.csv", "reports/report.md"):
         assert (repo / rel).is_file(), rel
     metrics = json.loads((repo / "reports/metrics.json").read_text())
     assert {"accuracy", "macro_f1", "per_class", "confusion", "n_test", "baseline", "gap"} <= set(metrics)
@@ -73,6 +74,10 @@ def test_dvc_repro_end_to_end(tmp_path):
     assert "val_accuracy" in run.data.metrics and run.data.params["train.epochs"] == "1"
     shown = dvc(repo, "metrics", "show")
     assert "accuracy" in shown
+    dvc(repo, "plots", "show", "-o", str(tmp_path / "plots"))
+    page = (tmp_path / "plots" / "index.html").read_text()
+    for plot in ("train_curve.csv", "confusion.csv", "per_class.csv", "token_lengths.csv"):
+        assert plot in page, plot
 
     out = dvc(repo, "repro")  # nothing changed: no stage runs, no new MLflow run
     assert ran(out) == set() and len(runs(repo)[1]) == 1

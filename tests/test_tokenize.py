@@ -57,7 +57,9 @@ def test_stage_writes_ids_and_stats(tmp_path, sample_corpus):
     ingest.main(["--params", str(params), "--corpus", str(tmp_path / "c.parquet"),
                  "--report", str(tmp_path / "r.json")])
     tokenize_stage.main(["--params", str(params), "--corpus", str(tmp_path / "c.parquet"),
-                         "--tokens", str(tmp_path / "t.parquet"), "--stats", str(tmp_path / "s.json")])
+                         "--tokens", str(tmp_path / "t.parquet"), "--stats", str(tmp_path / "s.json"),
+                         "--histogram", str(tmp_path / "h.csv")])
     tokens = pd.read_parquet(tmp_path / "t.parquet")
     assert len(tokens) == 80 and tokens["input_ids"].map(len).max() == 64
     assert (tokens["input_ids"].map(len) <= tokens["n_tokens"]).all()
+    assert pd.read_csv(tmp_path / "h.csv")["documents"].sum() == 80

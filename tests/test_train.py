@@ -24,7 +24,8 @@ def prepared(tmp_path, sample_corpus, tiny_model_dir, monkeypatch):
                           train={"epochs": 2, "batch_size": 8, "lr_encoder": 1e-3, "lr_head": 1e-3})
     p = ["--params", str(params)]
     ingest.main(p + ["--corpus", "c.parquet", "--report", "r.json"])
-    tokenize_stage.main(p + ["--corpus", "c.parquet", "--tokens", "t.parquet", "--stats", "s.json"])
+    tokenize_stage.main(p + ["--corpus", "c.parquet", "--tokens", "t.parquet", "--stats", "s.json",
+                         "--histogram", "h.csv"])
     split.main(p + ["--corpus", "c.parquet", "--splits", "sp.parquet", "--counts", "n.json"])
     return tmp_path, p
 
@@ -39,7 +40,7 @@ def run_evaluate(p):
     baseline.main(p + ["--corpus", "c.parquet", "--splits", "sp.parquet", "--out", "b.json"])
     evaluate.main(p + ["--tokens", "t.parquet", "--splits", "sp.parquet", "--model-dir", "model",
                        "--run-file", "run.json", "--guards", "guards.json", "--baseline", "b.json",
-                       "--metrics", "m.json", "--confusion", "cm.csv"])
+                       "--metrics", "m.json", "--confusion", "cm.csv", "--per-class", "pc.csv"])
 
 
 def test_train_then_evaluate_log_one_run(prepared):
@@ -59,6 +60,7 @@ def test_train_then_evaluate_log_one_run(prepared):
     assert {"accuracy", "macro_f1", "per_class", "confusion", "n_test"} <= set(metrics)
     assert sum(sum(row.values()) for row in metrics["confusion"].values()) == metrics["n_test"] == 10
     assert len(pd.read_csv(tmp / "cm.csv")) == 10
+    assert len(pd.read_csv(tmp / "pc.csv")) == 5
 
     client = MlflowClient(tracking_uri())
     (run,) = client.search_runs(client.get_experiment_by_name("textclf").experiment_id)

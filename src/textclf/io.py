@@ -34,6 +34,11 @@ def write_parquet(frame, path: str | Path) -> None:
     frame.to_parquet(path, index=False)
 
 
+def write_csv(frame, path: str | Path) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    frame.to_csv(path, index=False)
+
+
 def run_stage(main: Callable[[], None]) -> None:
     """Entry point of a stage script: a ValueError (bad input or a failed guard) is logged
     as one clear message and exit status 1, without a traceback."""

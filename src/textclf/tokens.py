@@ -59,3 +59,10 @@ def length_stats(lengths: list[int], max_length: int) -> dict:
         "max_length": max_length,
         "pct_truncated": round(100.0 * float((arr > max_length).mean()), 2),
     }
+
+
+def length_histogram(lengths: list[int], bins: int = 20) -> list[dict]:
+    """Documents per token-length bin (untruncated lengths), for a DVC bar plot."""
+    counts, edges = np.histogram(np.asarray(lengths), bins=bins)
+    return [{"tokens_from": int(lo), "tokens_to": int(hi), "documents": int(n)}
+            for lo, hi, n in zip(edges[:-1], edges[1:], counts)]
