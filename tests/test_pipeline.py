@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
+from textclf.multiseed import experiments, summarize
+
 from conftest import REPO, write_params
 
 GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
@@ -96,21 +98,19 @@ def test_every_head_through_dvc_experiments(tmp_path):
     for head in ("sequence_classification", "pooled", "textcnn"):
         dvc(repo, "exp", "run", "-S", f"model.head={head}", "-n", head.replace("_", "-"))
     shown = json.loads(dvc(repo, "exp", "show", "--json", "--no-pager"))
-    exps = {}
-    for baseline in shown:
-        for exp in baseline.get("experiments") or []:
-            rev = exp["revs"][0]
-            exps[rev["name"]] = rev["data"]
-    assert set(exps) == {"sequence-classification", "pooled", "textcnn"}
-    for name, data in exps.items():
-        params = data["params"]["params.yaml"]["data"]
-        metrics = data["metrics"]["reports/metrics.json"]["data"]
-        assert params["model"]["head"] == name.replace("-", "_")
-        assert "lr_encoder" in params["train"]
+    params = {exp["revs"][0]["name"]: exp["revs"][0]["data"]["params"]["params.yaml"]["data"]
+              for baseline in shown for exp in baseline.get("experiments") or []}
+    exps = experiments(shown)
+    assert set(exps) == set(params) == {"sequence-classification", "pooled", "textcnn"}
+    for name, metrics in exps.items():
+        assert params[name]["model"]["head"] == name.replace("-", "_")
+        assert "lr_encoder" in params[name]["train"]
         assert metrics["guards"]["load_audit"] == "pass"
         assert metrics["guards"]["weight_movement"] == "pass"
-        assert 0 <= metrics["accuracy"] <= 1
+        assert 0 <= metrics["accuracy"] <= 1 and "gap" in metrics
     assert len(runs(repo)[1]) == 3
+    mean, sd, n = summarize(exps)["accuracy"]  # the multiseed summary, over these three
+    assert n == 3 and mean == pytest.approx(sum(m["accuracy"] for m in exps.values()) / 3)
 
 
 def test_a_bad_input_is_one_clear_line_not_a_traceback(tmp_path):
