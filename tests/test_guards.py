@@ -79,12 +79,16 @@ def train_briefly(model, optimizer, data, cfg):
                make_accelerator(), lambda row, probs: None)
 
 
-def test_textcnn_with_head_only_optimizer_leaves_the_encoder_unchanged(data):
-    cfg = TrainParams(epochs=1, batch_size=8)
+def textcnn_before_training(data, cfg):
+    """A TextCNN under the finetune policy: (model, unused, encoder names, initial weights)."""
     model, _, unused = built(TEXTCNN, data)
     apply_policy(model, cfg, unused)
-    encoder = encoder_param_names(model)
-    before = guards.snapshot(model)
+    return model, unused, encoder_param_names(model), guards.snapshot(model)
+
+
+def test_textcnn_with_head_only_optimizer_leaves_the_encoder_unchanged(data):
+    cfg = TrainParams(epochs=1, batch_size=8)
+    model, _, encoder, before = textcnn_before_training(data, cfg)
     head_only = [g for g in param_groups(model, cfg) if g["name"].startswith("head")]
     model = train_briefly(model, make_optimizer(head_only, cfg), data, cfg)
     with pytest.raises(ValueError, match="encoder did not change"):
@@ -93,10 +97,7 @@ def test_textcnn_with_head_only_optimizer_leaves_the_encoder_unchanged(data):
 
 def test_textcnn_trained_jointly_moves_the_encoder(data):
     cfg = TrainParams(epochs=1, batch_size=8)
-    model, _, unused = built(TEXTCNN, data)
-    apply_policy(model, cfg, unused)
-    encoder = encoder_param_names(model)
-    before = guards.snapshot(model)
+    model, unused, encoder, before = textcnn_before_training(data, cfg)
     model = train_briefly(model, make_optimizer(param_groups(model, cfg), cfg), data, cfg)
     assert guards.movement_check(model, before, encoder, cfg)[0] == "pass"
     trainable = {n for n in encoder if n not in unused}

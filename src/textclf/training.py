@@ -13,13 +13,13 @@ from typing import Callable
 import numpy as np
 import torch
 from accelerate import Accelerator
-from sklearn.metrics import accuracy_score, f1_score
 from torch import nn
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
 from textclf.batching import Collator, LengthGroupedBatchSampler, Split, TokenDataset, sorted_batches
 from textclf.config import TrainParams
+from textclf.evaluation import classification_scores
 
 log = logging.getLogger(__name__)
 LOG_EVERY = 10  # steps between loss reads: each read is a host sync
@@ -63,11 +63,6 @@ def predict_proba(model: nn.Module, input_ids: list[list[int]], batch_size: int,
             out[i] = probs[row]
     model.train(was_training)
     return np.stack(out)
-
-
-def classification_scores(y_true, y_pred) -> dict[str, float]:
-    return {"accuracy": float(accuracy_score(y_true, y_pred)),
-            "macro_f1": float(f1_score(y_true, y_pred, average="macro", zero_division=0))}
 
 
 def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train: Split, val: Split,
