@@ -5,16 +5,31 @@ from __future__ import annotations
 import logging
 
 import mlflow
+import numpy as np
 import pandas as pd
 
 from textclf.batching import read_token_splits
 from textclf.config import load_params
-from textclf.evaluation import mlflow_metrics, test_metrics
-from textclf.io import read_json, run_stage, setup_logging, stage_parser, write_csv, write_json
+from textclf.evaluation import calibration, mlflow_metrics, test_metrics
+from textclf.io import read_json, run_stage, setup_logging, stage_parser, write_csv, write_json, write_parquet
 from textclf.modeling import load_classifier
+from textclf.predict import PROB_PREFIX
 from textclf.training import make_accelerator, predict_proba
 
 log = logging.getLogger("evaluate")
+
+
+def prediction_frame(doc_ids: list[str], y_true, probs: np.ndarray, labels: list[str]) -> pd.DataFrame:
+    """One row per test document: true and predicted label, the predicted label's
+    probability, whether it was right, and every class probability."""
+    y_pred = probs.argmax(axis=1)
+    frame = pd.DataFrame({"doc_id": doc_ids, "label": [labels[i] for i in y_true],
+                          "predicted": [labels[i] for i in y_pred],
+                          "probability": probs.max(axis=1).astype(float),
+                          "correct": np.asarray(y_true) == y_pred})
+    for i, label in enumerate(labels):
+        frame[PROB_PREFIX + label] = probs[:, i].astype(float)
+    return frame
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -28,6 +43,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--metrics", required=True, help="output metrics JSON")
     parser.add_argument("--confusion", required=True, help="output CSV of (actual, predicted)")
     parser.add_argument("--per-class", required=True, help="output CSV: per-class F1, precision, recall")
+    parser.add_argument("--predictions", required=True,
+                        help="output parquet: per test document, label, prediction, probabilities")
     args = parser.parse_args(argv)
     setup_logging()
     cfg = load_params(args.params)["evaluate"]
@@ -40,22 +57,26 @@ def main(argv: list[str] | None = None) -> None:
     probs = predict_proba(model, input_ids, cfg.batch_size, pad_id, accelerator)
     y_pred = probs.argmax(axis=1)
     metrics = test_metrics(y_true, y_pred, labels)
+    predictions = prediction_frame(test.doc_ids, y_true, probs, labels)
+    metrics["ece"] = calibration(predictions["probability"], predictions["correct"])["ece"]
     metrics["guards"] = {name: g["status"] for name, g in read_json(args.guards).items()}
     metrics["baseline"] = read_json(args.baseline)
     metrics["gap"] = {k: metrics[k] - metrics["baseline"][k] for k in ("accuracy", "macro_f1")}
+    run = read_json(args.run_file)
+    metrics["mlflow"] = {"run_id": run["run_id"], "model_uri": run["model_uri"]}  # run -> metrics
     write_json(args.metrics, metrics)
+    write_parquet(predictions, args.predictions)
     write_csv(pd.DataFrame({"actual": [labels[i] for i in y_true],
                             "predicted": [labels[i] for i in y_pred]}), args.confusion)
     write_csv(pd.DataFrame([{"class": c, **{k: s[k] for k in ("f1", "precision", "recall")}}
                             for c, s in metrics["per_class"].items()]), args.per_class)
-    run = read_json(args.run_file)
     mlflow.set_tracking_uri(run["tracking_uri"])
     with mlflow.start_run(run_id=run["run_id"]):
         mlflow.log_metrics(mlflow_metrics(metrics))
         mlflow.log_artifact(args.metrics)
         mlflow.log_artifact(args.confusion)
-    log.info("test accuracy %.4f, macro-F1 %.4f on %d documents",
-             metrics["accuracy"], metrics["macro_f1"], metrics["n_test"])
+    log.info("test accuracy %.4f, macro-F1 %.4f, ECE %.4f on %d documents",
+             metrics["accuracy"], metrics["macro_f1"], metrics["ece"], metrics["n_test"])
 
 
 if __name__ == "__main__":

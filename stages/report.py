@@ -1,79 +1,144 @@
-"""Stage report: the stage outputs -> reports/report.md (data accounting, token lengths,
-training curve, test metrics, confusion matrix)."""
+"""Stage report: the stage outputs -> reports/report.html (one self-contained file with
+figures), reports/report.md (the same without figures) and the confusion-matrix PNG,
+all logged to the training run in MLflow with tags tying it to dvc.lock."""
 from __future__ import annotations
 
 import logging
 from pathlib import Path
 
+import mlflow
 import pandas as pd
+import yaml
 
+from textclf import figures
+from textclf.config import flatten
+from textclf.document import Alert, Figure, Heading, Para, Table, to_html, to_markdown
+from textclf.evaluation import calibration
 from textclf.io import read_json, run_stage, setup_logging, stage_parser
+from textclf.tracking import lock_tags
 
 log = logging.getLogger("report")
+MISTAKES = 20
+SNIPPET = 160  # characters of text shown per mistake
 
 
-def table(rows: list[list], header: list[str]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
-def headline(metrics: dict) -> list[str]:
+def headline(metrics: dict) -> list:
     """Accuracy, macro-F1, the gap to the TF-IDF baseline and every guard, at a glance."""
     base, gap = metrics["baseline"], metrics["gap"]
-    lines = [f"**Test accuracy {metrics['accuracy']:.4f}, macro-F1 {metrics['macro_f1']:.4f}** — "
-             f"TF-IDF baseline {base['accuracy']:.4f} / {base['macro_f1']:.4f}, "
-             f"gap {gap['accuracy']:+.4f} / {gap['macro_f1']:+.4f}.", ""]
+    blocks = [Para(f"**Test accuracy {metrics['accuracy']:.4f}, macro-F1 {metrics['macro_f1']:.4f}** "
+                   f"— TF-IDF baseline {base['accuracy']:.4f} / {base['macro_f1']:.4f}, "
+                   f"gap {gap['accuracy']:+.4f} / {gap['macro_f1']:+.4f}; "
+                   f"expected calibration error {metrics['ece']:.4f}.")]
     if gap["accuracy"] < 0:
-        lines += ["> **WARNING: the fine-tuned model loses to the TF-IDF baseline.**", ""]
-    guards = ", ".join(f"{name}: {status}" for name, status in metrics["guards"].items())
-    return lines + [f"Guards — {guards}.", ""]
+        blocks.append(Alert("the fine-tuned model loses to the TF-IDF baseline."))
+    failed = [n for n, status in metrics["guards"].items() if status != "pass"]
+    if failed:
+        blocks.append(Alert(f"guards not passed: {', '.join(failed)}."))
+    return blocks + [Table(["guard", "status"], [[n, s] for n, s in metrics["guards"].items()])]
 
 
-def data_section(ingest: dict, tokens: dict, counts: dict) -> list[str]:
+def data_section(ingest: dict, tokens: dict, counts: dict, histogram: pd.DataFrame) -> list:
     skipped = ", ".join(f"{k} {v}" for k, v in ingest["skipped"].items()) or "none"
     fallback = sum(n for enc, n in ingest["encodings"].items() if enc not in ("utf-8", "utf-16"))
     return [
-        "## Data", "",
-        f"Source `{ingest['source']}`: {ingest['files_seen']} files seen, {ingest['kept']} kept; "
-        f"skipped: {skipped}. Decoded by fallback encoding: {fallback}. "
-        "Duplicates differing only in whitespace/Unicode form: "
-        f"{ingest['duplicates_not_byte_identical']}.", "",
-        table([[s] + [counts[s].get(c, 0) for c in ingest["per_class"]] for s in counts],
-              ["split"] + list(ingest["per_class"])), "",
-        "## Token lengths", "",
-        f"Mean {tokens['mean']}, median {tokens['p50']}, p90 {tokens['p90']}, max {tokens['max']}; "
-        f"{tokens['pct_truncated']} % truncated at max_length {tokens['max_length']}.", ""]
+        Heading("Data"),
+        Para(f"Source `{ingest['source']}`: {ingest['files_seen']} files seen, {ingest['kept']} "
+             f"kept; skipped: {skipped}. Decoded by fallback encoding: {fallback}. Duplicates "
+             f"differing only in whitespace/Unicode form: {ingest['duplicates_not_byte_identical']}."),
+        Table(["split"] + list(ingest["per_class"]),
+              [[s] + [counts[s].get(c, 0) for c in ingest["per_class"]] for s in counts]),
+        Heading("Token lengths"),
+        Para(f"Mean {tokens['mean']}, median {tokens['p50']}, p90 {tokens['p90']}, max {tokens['max']}; "
+             f"**{tokens['pct_truncated']} % truncated** at max_length {tokens['max_length']}."),
+        Figure("token lengths", figures.token_lengths(histogram, tokens["max_length"]))]
 
 
-def results_section(curve: pd.DataFrame, metrics: dict) -> list[str]:
+def results_section(curve: pd.DataFrame, metrics: dict) -> list:
     labels = list(metrics["per_class"])
     return [
-        "## Training curve", "",
-        table(curve.round(4).astype(object).values.tolist(), list(curve.columns)), "",
-        "## Test metrics", "",
-        f"Accuracy **{metrics['accuracy']:.4f}**, macro-F1 **{metrics['macro_f1']:.4f}** "
-        f"on {metrics['n_test']} documents.", "",
-        table([[c] + [f"{s[k]:.3f}" for k in ("precision", "recall", "f1")] + [s["support"]]
-               for c, s in metrics["per_class"].items()],
-              ["class", "precision", "recall", "F1", "support"]), "",
-        "## Confusion matrix (rows: actual, columns: predicted)", "",
-        table([[a] + [metrics["confusion"][a][p] for p in labels] for a in labels], [""] + labels), ""]
+        Heading("Training curve"),
+        Figure("training loss and validation scores per epoch", figures.training_curves(curve)),
+        Table(list(curve.columns), curve.round(4).astype(object).values.tolist()),
+        Heading("Test metrics"),
+        Para(f"Accuracy **{metrics['accuracy']:.4f}**, macro-F1 **{metrics['macro_f1']:.4f}** "
+             f"on {metrics['n_test']} documents."),
+        Table(["class", "precision", "recall", "F1", "support"],
+              [[c] + [f"{s[k]:.3f}" for k in ("precision", "recall", "f1")] + [s["support"]]
+               for c, s in metrics["per_class"].items()]),
+        Heading("Confusion matrix (rows: actual, columns: predicted)"),
+        Table([""] + labels, [[a] + [metrics["confusion"][a][p] for p in labels] for a in labels])]
+
+
+def mistakes_section(predictions: pd.DataFrame, corpus: pd.DataFrame) -> list:
+    wrong = predictions[~predictions["correct"]].nlargest(MISTAKES, "probability")
+    wrong = wrong.merge(corpus[["doc_id", "text", "source_path"]], on="doc_id", how="left")
+    rows = [[r.source_path, r.label, r.predicted, f"{r.probability:.3f}",
+             " ".join(str(r.text).split())[:SNIPPET] + "…"] for r in wrong.itertuples()]
+    blocks = [Heading(f"Most confident mistakes (top {MISTAKES})")]
+    if not rows:
+        return blocks + [Para("No test document was misclassified.")]
+    return blocks + [Table(["document", "true", "predicted", "probability", "text"], rows)]
+
+
+def calibration_section(predictions: pd.DataFrame) -> list:
+    cal = calibration(predictions["probability"], predictions["correct"])
+    return [Heading("Calibration"),
+            Para(f"Expected calibration error **{cal['ece']:.4f}** over 10 confidence bins "
+                 "(0 = confidence matches accuracy)."),
+            Figure("reliability diagram", figures.reliability_diagram(cal["bins"], cal["ece"])),
+            Table(["confidence bin", "documents", "mean confidence", "accuracy"],
+                  [[f"{b['low']:.1f}–{b['high']:.1f}", b["count"], f"{b['confidence']:.3f}",
+                    f"{b['accuracy']:.3f}"] for b in cal["bins"]])]
+
+
+def lineage_section(model_params: dict, run: dict, tags: dict) -> list:
+    return [Heading("Params and lineage"),
+            Table(["param", "value"], [[k, v] for k, v in flatten(model_params).items()]),
+            Table(["lineage", "value"],
+                  [["MLflow run", run["run_id"]], ["MLflow model", run["model_uri"]]]
+                  + [[k, v] for k, v in tags.items()])]
+
+
+def build(args) -> tuple[list, bytes, dict, dict]:
+    """-> (report blocks, confusion PNG, MLflow run file, lineage tags)."""
+    metrics, run = read_json(args.metrics), read_json(args.run_file)
+    lock_file = Path(args.lock)
+    tags = lock_tags(yaml.safe_load(lock_file.read_text()) if lock_file.is_file() else {},
+                     running="report")
+    predictions = pd.read_parquet(args.predictions)
+    blocks = [Heading("Training report", 1)] + headline(metrics)
+    blocks += data_section(read_json(args.ingest_report), read_json(args.token_stats),
+                           read_json(args.split_counts), pd.read_csv(args.histogram))
+    blocks += results_section(pd.read_csv(args.curve), metrics)
+    confusion = figures.confusion_heatmap(metrics["confusion"])
+    blocks += [Figure("confusion matrix", confusion)]
+    blocks += mistakes_section(predictions, pd.read_parquet(args.corpus))
+    blocks += calibration_section(predictions)
+    blocks += lineage_section(read_json(Path(args.model_dir) / "params.json"), run, tags)
+    return blocks, confusion, run, tags
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = stage_parser(__doc__)
-    for name in ("ingest-report", "token-stats", "split-counts", "curve", "metrics", "out"):
+    for name in ("ingest-report", "token-stats", "split-counts", "histogram", "curve", "metrics",
+                 "predictions", "corpus", "model-dir", "run-file", "out-md", "out-html",
+                 "confusion-png"):
         parser.add_argument(f"--{name}", required=True)
+    parser.add_argument("--lock", default="dvc.lock", help="dvc.lock, read for the lineage tags")
     args = parser.parse_args(argv)
     setup_logging()
-    metrics = read_json(args.metrics)
-    lines = ["# Training report", ""] + headline(metrics)
-    lines += data_section(read_json(args.ingest_report), read_json(args.token_stats),
-                          read_json(args.split_counts))
-    lines += results_section(pd.read_csv(args.curve), metrics)
-    Path(args.out).write_text("\n".join(lines), encoding="utf-8")
-    log.info("wrote %s", args.out)
+    blocks, confusion, run, tags = build(args)
+    Path(args.out_md).write_text(to_markdown(blocks), encoding="utf-8")
+    Path(args.out_html).write_text(to_html(blocks, "Training report"), encoding="utf-8")
+    Path(args.confusion_png).write_bytes(confusion)
+    mlflow.set_tracking_uri(run["tracking_uri"])
+    with mlflow.start_run(run_id=run["run_id"]):
+        mlflow.set_tags(tags)
+        for path in (args.out_html, args.out_md, args.confusion_png, args.ingest_report):
+            mlflow.log_artifact(path, artifact_path="report")
+        if Path(args.lock).is_file():
+            mlflow.log_artifact(args.lock, artifact_path="report")
+    log.info("wrote %s and %s; logged them to MLflow run %s", args.out_md, args.out_html, run["run_id"])
 
 
 if __name__ == "__main__":

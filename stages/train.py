@@ -22,6 +22,7 @@ from textclf.config import flatten, load_params
 from textclf.io import run_stage, setup_logging, stage_parser, write_csv, write_json
 from textclf.modeling import build_model, encoder_param_names, load_tokenizer, save_model
 from textclf.policy import apply_policy, describe_groups, find_unused, make_optimizer, param_groups
+from textclf.serving import log_pyfunc
 from textclf.tracking import lineage_tags, use_experiment
 from textclf.training import fit, make_accelerator
 
@@ -99,6 +100,12 @@ def prepare(params, splits, labels, pad_id, book: GuardBook):
     return model, optimizer, encoder
 
 
+def example_texts(tokenizer, split, n: int = 2, words: int = 40) -> list[str]:
+    """The pyfunc's input example: the start of a few validation documents, decoded."""
+    texts = [tokenizer.decode(ids, skip_special_tokens=True) for ids in split.input_ids[:n]]
+    return [" ".join(t.split()[:words]) for t in texts]
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = stage_parser(__doc__)
     parser.add_argument("--tokens", required=True)
@@ -134,9 +141,10 @@ def main(argv: list[str] | None = None) -> None:
         mlflow.log_artifact(args.movement)
         book.check("weight_movement", guards.movement_check, model, before, encoder, cfg)
         save_model(model, Path(args.model_dir), tokenizer, logged)
-        mlflow.log_artifacts(args.model_dir, artifact_path="model")
+        info = log_pyfunc(args.model_dir, example_texts(tokenizer, splits["validation"]))
         write_json(args.run_file, {"run_id": run.info.run_id, "experiment_id": run.info.experiment_id,
-                                   "tracking_uri": mlflow.get_tracking_uri()})
+                                   "tracking_uri": mlflow.get_tracking_uri(),
+                                   "model_uri": info.model_uri})
 
 
 if __name__ == "__main__":

@@ -2,11 +2,20 @@
 used only where behaviour does not depend on pretrained weights, for speed."""
 from __future__ import annotations
 
+import os
 import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
 import yaml
+
+from stages import ingest, split, train
+from stages import tokenize as tokenize_stage
 
 REPO = Path(__file__).resolve().parents[1]
 BBC = REPO.parent / "shared" / "data" / "bbc"
@@ -43,3 +52,84 @@ def sample_corpus(tmp_path) -> Path:
     dst = tmp_path / "sample"
     shutil.copytree(REPO / "data" / "sample", dst)
     return dst
+
+
+@pytest.fixture
+def prepared(tmp_path, sample_corpus, tiny_model_dir, monkeypatch):
+    """Ingest, tokenize and split the demo corpus; MLflow pointed at tmp_path."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.chdir(tmp_path)  # artifacts and git lookups stay in tmp_path
+    params = write_params(tmp_path / "params.yaml", ingest={"source": str(sample_corpus)},
+                          tokenize={"max_length": 64}, model={"name": str(tiny_model_dir)},
+                          train={"epochs": 2, "batch_size": 8, "lr_encoder": 1e-3, "lr_head": 1e-3})
+    p = ["--params", str(params)]
+    ingest.main(p + ["--corpus", "c.parquet", "--report", "r.json"])
+    tokenize_stage.main(p + ["--corpus", "c.parquet", "--tokens", "t.parquet", "--stats", "s.json",
+                         "--histogram", "h.csv"])
+    split.main(p + ["--corpus", "c.parquet", "--splits", "sp.parquet", "--counts", "n.json"])
+    return tmp_path, p
+
+
+def run_train(p, model_dir="model", curve="curve.csv", run_file="run.json"):
+    train.main(p + ["--tokens", "t.parquet", "--splits", "sp.parquet", "--model-dir", model_dir,
+                    "--curve", curve, "--guards", "guards.json", "--movement", "move.csv",
+                    "--run-file", run_file])
+
+
+GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com"}
+
+
+OUTPUTS = ("dvc.lock", "data/interim/", "data/processed/", "models/", "reports/")
+
+
+def copy_repo(dst: Path) -> Path:
+    """The repo's source files (tracked or new, not ignored), without pipeline outputs,
+    as a fresh git repo."""
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO,
+                           capture_output=True, text=True, check=True).stdout.split("\0")
+    for rel in filter(None, files):
+        if (REPO / rel).is_file() and not rel.startswith(OUTPUTS):
+            (dst / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / rel, dst / rel)
+    env = {**os.environ, **GIT_ENV}
+    for cmd in (["git", "init", "-q"], ["git", "add", "-A"], ["git", "commit", "-qm", "copy"]):
+        subprocess.run(cmd, cwd=dst, check=True, env=env)
+    return dst
+
+
+def dvc(repo: Path, *args: str) -> str:
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
+    proc = subprocess.run(["dvc", *args], cwd=repo, capture_output=True, text=True, env={**env, **GIT_ENV})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout + proc.stderr
+
+
+@pytest.fixture(scope="session")
+def reproduced(tmp_path_factory) -> tuple[Path, str]:
+    """A copy of the repo after one real `dvc repro` with a tiny config (max_length 64,
+    1 epoch, packaged MiniLM), its MLflow store inside it -> (repo, what dvc printed).
+    Tests may rerun stages; the current run is the one reports/mlflow_run.json names."""
+    repo = copy_repo(tmp_path_factory.mktemp("reproduced") / "repo")
+    write_params(repo / "params.yaml", tokenize={"max_length": 64}, train={"epochs": 1})
+    return repo, dvc(repo, "repro")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(url: str, proc: subprocess.Popen, seconds: float = 120) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"server exited: {proc.stderr.read()[-3000:]}")
+        try:
+            urllib.request.urlopen(url, timeout=2)
+            return
+        except OSError:
+            time.sleep(0.5)
+    raise AssertionError(f"{url} did not answer within {seconds} s")

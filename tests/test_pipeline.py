@@ -2,47 +2,17 @@
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from mlflow.tracking import MlflowClient
 
 from textclf.multiseed import experiments, summarize
 
-from conftest import REPO, write_params
-
-GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
-           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com"}
-
-
-OUTPUTS = ("dvc.lock", "data/interim/", "data/processed/", "models/", "reports/")
-
-
-def copy_repo(dst: Path) -> Path:
-    """The repo's source files (tracked or new, not ignored), without pipeline outputs,
-    as a fresh git repo."""
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO,
-                           capture_output=True, text=True, check=True).stdout.split("\0")
-    for rel in filter(None, files):
-        if (REPO / rel).is_file() and not rel.startswith(OUTPUTS):
-            (dst / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(REPO / rel, dst / rel)
-    env = {**os.environ, **GIT_ENV}
-    for cmd in (["git", "init", "-q"], ["git", "add", "-A"], ["git", "commit", "-qm", "copy"]):
-        subprocess.run(cmd, cwd=dst, check=True, env=env)
-    return dst
-
-
-def dvc(repo: Path, *args: str) -> str:
-    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
-    proc = subprocess.run(["dvc", *args], cwd=repo, capture_output=True, text=True, env={**env, **GIT_ENV})
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return proc.stdout + proc.stderr
-
+from conftest import GIT_ENV, REPO, copy_repo, dvc, write_params
 
 def ran(output: str) -> set[str]:
     return set(re.findall(r"Running stage '(\w+)'", output))
@@ -54,16 +24,15 @@ def runs(repo: Path):
     return client, ([] if exp is None else client.search_runs(exp.experiment_id))
 
 
-def test_dvc_repro_end_to_end(tmp_path):
-    repo = copy_repo(tmp_path / "repo")
-    write_params(repo / "params.yaml", tokenize={"max_length": 64}, train={"epochs": 1})
-    out = dvc(repo, "repro")
+def test_dvc_repro_end_to_end(reproduced, tmp_path):
+    repo, out = reproduced
     assert ran(out) == {"ingest", "tokenize", "split", "baseline", "train", "evaluate", "report"}
     for rel in ("data/interim/corpus.parquet", "data/interim/ingest_report.json",
                 "data/processed/tokens.parquet", "data/processed/splits.parquet",
                 "models/model/model.safetensors", "reports/train_curve.csv",
                 "reports/confusion.csv", "reports/per_class.csv", "reports/token_lengths.csv",
-                "reports/weight_change.csv", "reports/report.md"):
+                "reports/weight_change.csv", "reports/report.md", "reports/report.html",
+                "reports/confusion.png", "data/processed/test_predictions.parquet"):
         assert (repo / rel).is_file(), rel
     metrics = json.loads((repo / "reports/metrics.json").read_text())
     assert {"accuracy", "macro_f1", "per_class", "confusion", "n_test", "baseline", "gap"} <= set(metrics)
@@ -72,6 +41,14 @@ def test_dvc_repro_end_to_end(tmp_path):
 
     client, (run,) = runs(repo)
     assert run.info.status == "FINISHED"
+    assert metrics["mlflow"]["run_id"] == run.info.run_id and 0 <= metrics["ece"] <= 1
+    lock = yaml.safe_load((repo / "dvc.lock").read_text())["stages"]
+    tokens_md5 = next(o["md5"] for o in lock["tokenize"]["outs"] if o["path"].endswith("tokens.parquet"))
+    assert run.data.tags["dvc.out.data/processed/tokens.parquet"] == tokens_md5
+    assert {"dvc.params.train", "dvc.out.models/model", "git_commit"} <= set(run.data.tags)
+    logged = {a.path for a in client.list_artifacts(run.info.run_id, "report")}
+    assert {"report/report.html", "report/confusion.png", "report/ingest_report.json",
+            "report/dvc.lock"} <= logged
     assert run.data.metrics["test_accuracy"] == pytest.approx(metrics["accuracy"])
     assert "val_accuracy" in run.data.metrics and run.data.params["train.epochs"] == "1"
     shown = dvc(repo, "metrics", "show")

@@ -7,40 +7,18 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
-from stages import baseline, evaluate, ingest, split, train
-from stages import tokenize as tokenize_stage
+from stages import baseline, evaluate
 from textclf.tracking import project_root, tracking_uri
 
-from conftest import write_params
-
-
-@pytest.fixture
-def prepared(tmp_path, sample_corpus, tiny_model_dir, monkeypatch):
-    """Ingest, tokenize and split the demo corpus; MLflow pointed at tmp_path."""
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
-    monkeypatch.chdir(tmp_path)  # artifacts and git lookups stay in tmp_path
-    params = write_params(tmp_path / "params.yaml", ingest={"source": str(sample_corpus)},
-                          tokenize={"max_length": 64}, model={"name": str(tiny_model_dir)},
-                          train={"epochs": 2, "batch_size": 8, "lr_encoder": 1e-3, "lr_head": 1e-3})
-    p = ["--params", str(params)]
-    ingest.main(p + ["--corpus", "c.parquet", "--report", "r.json"])
-    tokenize_stage.main(p + ["--corpus", "c.parquet", "--tokens", "t.parquet", "--stats", "s.json",
-                         "--histogram", "h.csv"])
-    split.main(p + ["--corpus", "c.parquet", "--splits", "sp.parquet", "--counts", "n.json"])
-    return tmp_path, p
-
-
-def run_train(p, model_dir="model", curve="curve.csv", run_file="run.json"):
-    train.main(p + ["--tokens", "t.parquet", "--splits", "sp.parquet", "--model-dir", model_dir,
-                    "--curve", curve, "--guards", "guards.json", "--movement", "move.csv",
-                    "--run-file", run_file])
+from conftest import run_train, write_params
 
 
 def run_evaluate(p):
     baseline.main(p + ["--corpus", "c.parquet", "--splits", "sp.parquet", "--out", "b.json"])
     evaluate.main(p + ["--tokens", "t.parquet", "--splits", "sp.parquet", "--model-dir", "model",
                        "--run-file", "run.json", "--guards", "guards.json", "--baseline", "b.json",
-                       "--metrics", "m.json", "--confusion", "cm.csv", "--per-class", "pc.csv"])
+                       "--metrics", "m.json", "--confusion", "cm.csv", "--per-class", "pc.csv",
+                       "--predictions", "pred.parquet"])
 
 
 def test_train_then_evaluate_log_one_run(prepared):
@@ -61,10 +39,16 @@ def test_train_then_evaluate_log_one_run(prepared):
     assert sum(sum(row.values()) for row in metrics["confusion"].values()) == metrics["n_test"] == 10
     assert len(pd.read_csv(tmp / "cm.csv")) == 10
     assert len(pd.read_csv(tmp / "pc.csv")) == 5
+    predictions = pd.read_parquet(tmp / "pred.parquet")
+    assert len(predictions) == 10 and predictions["doc_id"].is_unique
+    assert (predictions["correct"] == (predictions["label"] == predictions["predicted"])).all()
+    assert 0 <= metrics["ece"] <= 1
 
     client = MlflowClient(tracking_uri())
     (run,) = client.search_runs(client.get_experiment_by_name("textclf").experiment_id)
     assert run.info.run_id == json.loads((tmp / "run.json").read_text())["run_id"]
+    assert metrics["mlflow"]["run_id"] == run.info.run_id  # each side finds the other
+    assert run.data.metrics["test_ece"] == pytest.approx(metrics["ece"])
     assert run.info.status == "FINISHED"
     assert run.data.params["train.epochs"] == "2" and run.data.params["tokenize.max_length"] == "64"
     assert run.data.metrics["test_accuracy"] == pytest.approx(metrics["accuracy"])
@@ -72,8 +56,8 @@ def test_train_then_evaluate_log_one_run(prepared):
     assert run.data.metrics["gap_accuracy"] == pytest.approx(metrics["gap"]["accuracy"])
     assert len(client.get_metric_history(run.info.run_id, "val_accuracy")) == 2
     assert {"git_commit", "dvc.md5.tokens", "dvc.md5.splits"} <= set(run.data.tags)
-    artifacts = {a.path for a in client.list_artifacts(run.info.run_id, "model")}
-    assert "model/model.safetensors" in artifacts
+    weights = client.list_artifacts(run.info.run_id, "model/artifacts/model_dir")
+    assert "model/artifacts/model_dir/model.safetensors" in {a.path for a in weights}
 
 
 def test_same_params_same_metrics(prepared):

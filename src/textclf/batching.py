@@ -21,6 +21,7 @@ MEGABATCH = 50
 class Split:
     input_ids: list[list[int]]
     labels: list[int]
+    doc_ids: list[str] | None = None  # None where a test builds a Split by hand
 
 
 def read_token_splits(tokens_path: str, splits_path: str,
@@ -37,7 +38,7 @@ def read_token_splits(tokens_path: str, splits_path: str,
                          f"{labels}; the model folder is stale: run `dvc repro train`.")
     index = {label: i for i, label in enumerate(labels)}
     splits = {name: Split([list(map(int, ids)) for ids in part["input_ids"]],
-                          [index[l] for l in part["label"]])
+                          [index[l] for l in part["label"]], part["doc_id"].tolist())
               for name, part in frame.groupby("split")}
     return splits, labels
 

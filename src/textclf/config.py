@@ -204,7 +204,8 @@ def load_params(path: str | Path) -> dict[str, Any]:
 
 
 def flatten(params: dict[str, Any]) -> dict[str, Any]:
-    """{'train': TrainParams(lr_head=..)} -> {'train.lr_head': ..}, for MLflow params."""
+    """{'train': TrainParams(lr_head=..)} -> {'train.lr_head': ..}, for MLflow params;
+    sections may also be plain dicts (a model folder's params.json)."""
     def walk(prefix: str, value) -> dict[str, Any]:
         if isinstance(value, dict):
             out = {}
@@ -214,5 +215,5 @@ def flatten(params: dict[str, Any]) -> dict[str, Any]:
         return {prefix: value}
     flat = {}
     for section, obj in params.items():
-        flat.update(walk(section, dataclasses.asdict(obj)))
+        flat.update(walk(section, obj if isinstance(obj, dict) else dataclasses.asdict(obj)))
     return flat

@@ -34,7 +34,8 @@ def mlflow_key(name: str) -> str:
 
 
 def mlflow_metrics(metrics: dict) -> dict[str, float]:
-    flat = {"test_accuracy": metrics["accuracy"], "test_macro_f1": metrics["macro_f1"]}
+    flat = {"test_accuracy": metrics["accuracy"], "test_macro_f1": metrics["macro_f1"],
+            "test_ece": metrics["ece"]}
     for name in ("accuracy", "macro_f1"):
         flat[f"baseline_{name}"] = metrics["baseline"][name]
         flat[f"gap_{name}"] = metrics["gap"][name]
@@ -42,3 +43,22 @@ def mlflow_metrics(metrics: dict) -> dict[str, float]:
         for name in ("precision", "recall", "f1"):
             flat[f"test_{name}.{mlflow_key(label)}"] = scores[name]
     return flat
+
+
+def calibration(confidence: np.ndarray, correct: np.ndarray, bins: int = 10) -> dict:
+    """Reliability table over equal-width confidence bins and the expected calibration
+    error: ECE = sum over bins of (bin share) * |accuracy - mean confidence|."""
+    confidence, correct = np.asarray(confidence, dtype=float), np.asarray(correct, dtype=float)
+    edges = np.linspace(0.0, 1.0, bins + 1)
+    # right-closed bins, so a confidence of exactly 1.0 falls in the last one
+    which = np.clip(np.searchsorted(edges, confidence, side="left") - 1, 0, bins - 1)
+    rows, ece = [], 0.0
+    for b in range(bins):
+        mask = which == b
+        if not mask.any():
+            continue
+        conf, acc = float(confidence[mask].mean()), float(correct[mask].mean())
+        ece += mask.mean() * abs(acc - conf)
+        rows.append({"low": float(edges[b]), "high": float(edges[b + 1]), "count": int(mask.sum()),
+                     "confidence": conf, "accuracy": acc})
+    return {"ece": float(ece), "bins": rows}

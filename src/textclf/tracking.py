@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -59,4 +60,21 @@ def lineage_tags(data_files: dict[str, str]) -> dict[str, str]:
     tags.update({f"dvc.md5.{name}": file_md5(path) for name, path in data_files.items()})
     if os.environ.get("DVC_EXP_NAME"):
         tags["dvc.exp_name"] = os.environ["DVC_EXP_NAME"]
+    return tags
+
+
+def lock_tags(lock: dict, running: str) -> dict[str, str]:
+    """dvc.lock -> tags tying a run to its data and params: the md5 of every stage
+    output (`dvc.out.<path>`) and of each stage's params (`dvc.params.<stage>`).
+    The `running` stage's entry is skipped: DVC rewrites it only after the stage ends."""
+    tags = {}
+    for stage, entry in (lock.get("stages") or {}).items():
+        if stage == running:
+            continue
+        for out in entry.get("outs") or []:
+            if out.get("md5"):
+                tags[f"dvc.out.{out['path']}"] = out["md5"]
+        if entry.get("params"):
+            text = json.dumps(entry["params"], sort_keys=True, default=str)
+            tags[f"dvc.params.{stage}"] = hashlib.md5(text.encode()).hexdigest()
     return tags

@@ -1,0 +1,99 @@
+"""A tiny document model so report.md and report.html say the same thing: a list of
+blocks rendered twice. HTML embeds figures as base64 PNG (one self-contained file);
+Markdown lists the figure titles only."""
+from __future__ import annotations
+
+import base64
+import html
+import re
+from dataclasses import dataclass
+
+CSS = """body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem;color:#222}
+table{border-collapse:collapse;margin:.5rem 0 1rem}td,th{border:1px solid #ccc;padding:.25rem .5rem;
+text-align:left;vertical-align:top;font-size:.9rem}th{background:#f3f3f3}img{max-width:100%}
+.warn{background:#fdecea;border-left:4px solid #c62828;padding:.5rem 1rem;font-weight:bold}
+.pass{color:#2e7d32}.fail{color:#c62828;font-weight:bold}figure{margin:1rem 0}"""
+
+
+@dataclass
+class Heading:
+    text: str
+    level: int = 2
+
+
+@dataclass
+class Para:
+    text: str  # **bold** and `code` are the only markup
+
+
+@dataclass
+class Alert:
+    text: str
+
+
+@dataclass
+class Table:
+    header: list[str]
+    rows: list[list]
+
+
+@dataclass
+class Figure:
+    title: str
+    png: bytes
+
+
+def _inline_html(text: str) -> str:
+    text = re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", html.escape(text))
+    return re.sub(r"`(.+?)`", r"<code>\1</code>", text)
+
+
+def _md_cell(value) -> str:
+    return " ".join(str(value).split()).replace("|", "\\|")
+
+
+def to_markdown(blocks: list) -> str:
+    out = []
+    for b in blocks:
+        if isinstance(b, Heading):
+            out += ["#" * b.level + " " + b.text, ""]
+        elif isinstance(b, Para):
+            out += [b.text, ""]
+        elif isinstance(b, Alert):
+            out += [f"> **WARNING: {b.text}**", ""]
+        elif isinstance(b, Table):
+            out += ["| " + " | ".join(map(_md_cell, b.header)) + " |", "|" + "---|" * len(b.header)]
+            out += ["| " + " | ".join(map(_md_cell, row)) + " |" for row in b.rows] + [""]
+        elif isinstance(b, Figure):
+            out += [f"*Figure: {b.title} (in report.html)*", ""]
+    return "\n".join(out)
+
+
+def _status_cell(value) -> str:
+    text = html.escape(str(value))
+    if value in ("pass", "fail", "collapsed"):
+        return f'<span class="{"pass" if value == "pass" else "fail"}">{text}</span>'
+    return text
+
+
+def to_html(blocks: list, title: str) -> str:
+    out = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
+           f"<style>{CSS}</style></head><body>"]
+    for b in blocks:
+        if isinstance(b, Heading):
+            out.append(f"<h{b.level}>{html.escape(b.text)}</h{b.level}>")
+        elif isinstance(b, Para):
+            out.append(f"<p>{_inline_html(b.text)}</p>")
+        elif isinstance(b, Alert):
+            out.append(f"<p class='warn'>WARNING: {html.escape(b.text)}</p>")
+        elif isinstance(b, Table):
+            head = "".join(f"<th>{html.escape(str(h))}</th>" for h in b.header)
+            rows = "".join("<tr>" + "".join(f"<td>{_status_cell(c)}</td>" for c in row) + "</tr>"
+                           for row in b.rows)
+            out.append(f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
+        elif isinstance(b, Figure):
+            data = base64.b64encode(b.png).decode("ascii")
+            out.append(f"<figure><img alt='{html.escape(b.title)}' src='data:image/png;base64,{data}'>"
+                       f"<figcaption>{html.escape(b.title)}</figcaption></figure>")
+    out.append("</body></html>")
+    return "\n".join(out)

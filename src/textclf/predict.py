@@ -1,0 +1,105 @@
+"""Predict labels for new texts with a model folder written by the train stage.
+
+    python -m textclf.predict models/model article1.txt article2.txt
+    cat headlines.txt | python -m textclf.predict models/model      # one text per line
+
+Prints one tab-separated line per input: source, label, probability of that label.
+The MLflow pyfunc (textclf.serving) wraps the same Predictor, so both give the same numbers.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from transformers import AutoTokenizer
+
+from textclf.corpus import decode
+from textclf.io import read_json, run_stage
+from textclf.modeling import load_classifier
+from textclf.tokens import tokenize_texts
+from textclf.training import make_accelerator, predict_proba
+
+log = logging.getLogger("predict")
+PROB_PREFIX = "prob_"
+
+
+class Predictor:
+    """Tokenizes as the model was trained (max_length, truncation from its params.json)
+    and returns per-class probabilities, in batches sorted by length."""
+
+    def __init__(self, model_dir: str | Path, batch_size: int = 32):
+        model_dir = Path(model_dir)
+        if not (model_dir / "params.json").is_file():
+            raise ValueError(f"{model_dir} is not a model folder written by the train stage "
+                             "(no params.json); run `dvc repro train` or pass models/model.")
+        tok = read_json(model_dir / "params.json")["tokenize"]
+        self.max_length, self.truncation = tok["max_length"], tok["truncation"]
+        self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        self.model, self.labels = load_classifier(model_dir)
+        self.batch_size = batch_size
+        self.accelerator = make_accelerator()
+        self.model.to(self.accelerator.device)
+
+    def predict_proba(self, texts: list[str]) -> np.ndarray:
+        bad = [i for i, t in enumerate(texts) if not isinstance(t, str)]
+        if bad:
+            raise ValueError(f"inputs {bad[:10]} are not strings (got "
+                             f"{type(texts[bad[0]]).__name__}); pass one text per row.")
+        if not texts:
+            return np.zeros((0, len(self.labels)), dtype=np.float32)
+        ids, _ = tokenize_texts(self.tokenizer, texts, self.max_length, self.truncation)
+        return predict_proba(self.model, ids, self.batch_size,
+                             int(self.tokenizer.pad_token_id or 0), self.accelerator)  # (N, C)
+
+    def predict(self, texts: list[str]) -> pd.DataFrame:
+        """-> columns label, probability (of that label), prob_<class> for every class."""
+        probs = self.predict_proba(list(texts))
+        best = probs.argmax(axis=1) if len(probs) else np.zeros(0, dtype=int)
+        frame = pd.DataFrame({"label": [self.labels[i] for i in best],
+                              "probability": probs[np.arange(len(best)), best].astype(float)})
+        for i, label in enumerate(self.labels):
+            frame[PROB_PREFIX + label] = probs[:, i].astype(float)
+        return frame
+
+
+def read_inputs(files: list[str]) -> tuple[list[str], list[str]]:
+    """-> (sources, texts): each FILE is one text; with no FILE (or `-`), each non-empty
+    line of stdin is one text."""
+    if not files or files == ["-"]:
+        lines = [line.strip() for line in sys.stdin.read().splitlines()]
+        kept = [(f"stdin:{n}", line) for n, line in enumerate(lines, 1) if line]
+        return [s for s, _ in kept], [t for _, t in kept]
+    texts = []
+    for name in files:
+        path = Path(name)
+        if not path.is_file():
+            raise ValueError(f"{name} is not a file; pass text files, or pipe lines into stdin.")
+        text, how = decode(path.read_bytes())
+        if text is None:
+            raise ValueError(f"{name} is not text ({how}); pass plain text files.")
+        texts.append(text)
+    return list(files), texts
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("model_dir", help="model folder (models/model)")
+    parser.add_argument("files", nargs="*", help="text files; none or `-` reads lines from stdin")
+    parser.add_argument("--batch-size", type=int, default=32)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(name)s %(levelname)s %(message)s")
+    if args.batch_size < 1:
+        raise ValueError(f"--batch-size={args.batch_size}; use a positive number.")
+    sources, texts = read_inputs(args.files)
+    frame = Predictor(args.model_dir, args.batch_size).predict(texts)
+    for source, label, prob in zip(sources, frame["label"], frame["probability"]):
+        sys.stdout.write(f"{source}\t{label}\t{prob:.4f}\n")
+
+
+if __name__ == "__main__":
+    run_stage(main)

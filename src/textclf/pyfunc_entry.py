@@ -1,0 +1,7 @@
+"""MLflow "models from code" entry point: MLflow runs this file to build the pyfunc,
+so the logged model holds no pickle (safetensors weights + source only)."""
+from mlflow.models import set_model
+
+from textclf.serving import TextClassifier
+
+set_model(TextClassifier())

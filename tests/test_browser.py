@@ -1,0 +1,94 @@
+"""Look at the run the way a person does: the HTML report and the MLflow UI in headless
+Chromium (Debian's chromium + chromedriver, driven by Selenium; never a downloaded
+browser). Screenshots are kept in test-artifacts/ for a human to look at."""
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, free_port, wait_for
+
+CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+SHOTS = REPO / "test-artifacts"
+# Without the network flags Chromium keeps calling Google's hosts, which are unreachable here.
+FLAGS = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--no-first-run", "--window-size=1400,1000")
+
+
+@pytest.fixture
+def browser():
+    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is in the test extra")
+    missing = [p for p in (CHROMIUM, CHROMEDRIVER) if not os.access(p, os.X_OK)]
+    if missing:
+        pytest.skip(f"{missing} not installed: `apt-get install chromium chromium-driver` "
+                    "(.ci/run does this where apt-get can run)")
+    from selenium.webdriver.chrome.service import Service
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in FLAGS:
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    SHOTS.mkdir(exist_ok=True)
+    yield driver
+    driver.quit()
+
+
+def wait_for_text(driver, texts: list[str], seconds: float = 60) -> str:
+    """The page's visible text once it shows every one of `texts` (the UI renders late)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        body = driver.find_element("tag name", "body").text
+        if all(t in body for t in texts) or time.monotonic() > deadline:
+            return body
+        time.sleep(0.5)
+
+
+def test_report_html_shows_its_figures(reproduced, browser):
+    repo, _ = reproduced
+    browser.get((repo / "reports" / "report.html").as_uri())
+    body = wait_for_text(browser, ["Training report"], 10)
+    for heading in ("Test accuracy", "Most confident mistakes", "Calibration", "Params and lineage"):
+        assert heading in body
+    widths = browser.execute_script("return [...document.images].map(i => i.naturalWidth)")
+    assert len(widths) == 4 and min(widths) > 100  # token lengths, curves, confusion, reliability
+    height = browser.execute_script("return document.body.scrollHeight")
+    browser.set_window_size(1200, height)
+    browser.save_screenshot(str(SHOTS / "report.png"))
+
+
+@pytest.fixture
+def mlflow_server(reproduced):
+    repo, _ = reproduced
+    port = free_port()
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1",
+                             "--port", str(port), "--backend-store-uri", f"sqlite:///{repo / 'mlflow.db'}"],
+                            cwd=repo, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(f"http://127.0.0.1:{port}/health", proc)
+        yield f"http://127.0.0.1:{port}", json.loads((repo / "reports/mlflow_run.json").read_text())
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_mlflow_ui_lists_metrics_and_report(mlflow_server, browser):
+    url, run = mlflow_server
+    page = f"{url}/#/experiments/{run['experiment_id']}/runs/{run['run_id']}"
+    browser.set_window_size(1400, 2400)  # tall enough to show the metrics table in the screenshot
+    browser.get(page)
+    body = wait_for_text(browser, ["test_accuracy", "gap_accuracy", "guard.load_audit"])
+    for text in ("test_accuracy", "test_macro_f1", "test_ece", "gap_accuracy", "val_accuracy",
+                 "train.lr_encoder", "guard.load_audit", "dvc.out.data/processed/tokens.parquet"):
+        assert text in body, text
+    browser.save_screenshot(str(SHOTS / "mlflow_run.png"))
+    browser.get(f"{page}/artifacts/report/report.html")
+    body = wait_for_text(browser, ["report.html", "confusion.png", "metrics.json"])
+    for text in ("report.html", "confusion.png", "ingest_report.json", "metrics.json"):
+        assert text in body, text
+    browser.save_screenshot(str(SHOTS / "mlflow_artifacts.png"))

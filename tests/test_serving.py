@@ -1,0 +1,112 @@
+"""The logged MLflow pyfunc, the predict CLI and the Predictor give the same answers;
+`mlflow models predict` and `mlflow models serve` work offline on 127.0.0.1.
+The encoder is the tiny RANDOM BERT from conftest: these tests check wiring, not accuracy."""
+import json
+import os
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import mlflow
+import numpy as np
+import pandas as pd
+import pytest
+
+from textclf.predict import Predictor
+
+from conftest import free_port, run_train, wait_for
+
+TEXTS = ["The central bank raised interest rates again to cool inflation.",
+         "The striker scored twice as the home side won the cup final.",
+         "A new phone with a faster chip and a better camera goes on sale."]
+
+
+@pytest.fixture
+def trained(prepared):
+    tmp, p = prepared
+    run_train(p)
+    return tmp, json.loads((tmp / "run.json").read_text())
+
+
+def cli_env() -> dict:
+    """Offline, with the venv's bin on PATH: `mlflow models serve` execs `uvicorn` by name."""
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "PATH": path}
+
+
+def mlflow_cli(*args, **kwargs) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "mlflow", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, **kwargs)
+
+
+def test_pyfunc_matches_predictor_and_cli(trained, tmp_path):
+    tmp, run = trained
+    expected = Predictor(tmp / "model").predict(TEXTS)
+    assert list(expected.columns[:2]) == ["label", "probability"]
+    probs = expected.filter(like="prob_").to_numpy()
+    assert np.allclose(probs.sum(axis=1), 1, atol=1e-5)
+    assert np.allclose(expected["probability"], probs.max(axis=1))
+
+    loaded = mlflow.pyfunc.load_model(run["model_uri"])
+    assert loaded.metadata.signature.inputs.input_names() == ["text"]
+    got = loaded.predict(pd.DataFrame({"text": TEXTS}))
+    pd.testing.assert_frame_equal(got, expected, atol=1e-5)
+
+    files = []
+    for i, text in enumerate(TEXTS):
+        files.append(tmp_path / f"doc{i}.txt")
+        files[-1].write_text(text, encoding="utf-8")
+    cli = subprocess.run([sys.executable, "-m", "textclf.predict", str(tmp / "model"), *map(str, files)],
+                         capture_output=True, text=True, check=True)
+    rows = [line.split("\t") for line in cli.stdout.splitlines()]
+    assert [r[1] for r in rows] == expected["label"].tolist()
+    assert np.allclose([float(r[2]) for r in rows], expected["probability"], atol=1e-4)
+    piped = subprocess.run([sys.executable, "-m", "textclf.predict", str(tmp / "model")],
+                           input="\n".join(TEXTS) + "\n\n", capture_output=True, text=True, check=True)
+    assert [line.split("\t")[1] for line in piped.stdout.splitlines()] == expected["label"].tolist()
+
+
+def test_predict_cli_rejects_a_missing_file_and_a_non_model_folder(trained, tmp_path):
+    tmp, _ = trained
+    bad = subprocess.run([sys.executable, "-m", "textclf.predict", str(tmp / "model"), "nope.txt"],
+                         capture_output=True, text=True)
+    assert bad.returncode == 1 and "nope.txt is not a file" in bad.stderr and "Traceback" not in bad.stderr
+    bad = subprocess.run([sys.executable, "-m", "textclf.predict", str(tmp_path)], input="x\n",
+                         capture_output=True, text=True)
+    assert bad.returncode == 1 and "not a model folder" in bad.stderr
+
+
+def test_mlflow_models_predict_offline(trained, tmp_path):
+    tmp, run = trained
+    inp = tmp_path / "in.json"
+    inp.write_text(json.dumps({"dataframe_split": {"columns": ["text"], "data": [[t] for t in TEXTS]}}))
+    out = tmp_path / "out.json"
+    proc = mlflow_cli("models", "predict", "-m", run["model_uri"], "-i", str(inp), "-t", "json",
+                      "-o", str(out), "--env-manager", "local", env=cli_env(), cwd=tmp)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = pd.DataFrame(json.loads(out.read_text())["predictions"])
+    expected = Predictor(tmp / "model").predict(TEXTS)
+    assert got["label"].tolist() == expected["label"].tolist()
+    assert np.allclose(got["probability"], expected["probability"], atol=1e-5)
+
+
+def test_mlflow_models_serve_answers_rest(trained):
+    tmp, run = trained
+    port = free_port()
+    cmd = [sys.executable, "-m", "mlflow", "models", "serve", "-m", run["model_uri"], "-h", "127.0.0.1",
+           "-p", str(port), "--env-manager", "local"]
+    proc = subprocess.Popen(cmd, cwd=tmp, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env=cli_env())
+    try:
+        wait_for(f"http://127.0.0.1:{port}/ping", proc)
+        body = json.dumps({"dataframe_split": {"columns": ["text"], "data": [[t] for t in TEXTS]}})
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/invocations", data=body.encode(),
+                                     headers={"Content-Type": "application/json"})
+        got = pd.DataFrame(json.loads(urllib.request.urlopen(req, timeout=60).read())["predictions"])
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    expected = Predictor(tmp / "model").predict(TEXTS)
+    assert got["label"].tolist() == expected["label"].tolist()
+    assert np.allclose(got["probability"], expected["probability"], atol=1e-5)
