@@ -1,0 +1,70 @@
+"""Report pieces (pure, fast): headline flags, calibration, rendering, lineage tags, mistakes."""
+import numpy as np
+import pandas as pd
+import pytest
+
+from stages.report import headline, mistakes_section
+from textclf.document import Figure, Para, Table, to_html, to_markdown
+from textclf.evaluation import calibration
+from textclf.tracking import lock_tags
+
+
+def metrics(gap: float, guards=None) -> dict:
+    return {"accuracy": 0.95 + gap, "macro_f1": 0.94 + gap, "ece": 0.03,
+            "baseline": {"accuracy": 0.95, "macro_f1": 0.94},
+            "gap": {"accuracy": gap, "macro_f1": gap}, "guards": guards or {"load_audit": "pass"}}
+
+
+def test_headline_flags_a_model_that_loses_to_the_baseline_and_failed_guards():
+    text = to_markdown(headline(metrics(-0.05)))
+    assert "loses to the TF-IDF baseline" in text and "gap -0.0500" in text
+    assert "loses" not in to_markdown(headline(metrics(0.01)))
+    page = to_html(headline(metrics(0.01, {"load_audit": "fail", "lr_sanity": "pass"})), "t")
+    assert "guards not passed: load_audit" in page and "<span class=\"fail\">fail</span>" in page
+
+
+def test_ece_is_zero_when_confidence_matches_accuracy_and_measures_the_gap_otherwise():
+    conf = np.array([0.8] * 10 + [0.6] * 5)
+    correct = np.array([1] * 8 + [0] * 2 + [1] * 3 + [0] * 2, dtype=bool)
+    cal = calibration(conf, correct)
+    assert cal["ece"] == pytest.approx(0.0)
+    assert [b["count"] for b in cal["bins"]] == [5, 10]
+    overconfident = calibration(np.ones(4), np.array([1, 0, 1, 0], dtype=bool))  # 1.0 -> last bin
+    assert overconfident["ece"] == pytest.approx(0.5) and overconfident["bins"][0]["low"] == 0.9
+
+
+def test_html_escapes_text_and_embeds_figures_markdown_escapes_pipes():
+    blocks = [Para("**bold** and `code` <script>x</script>"),
+              Table(["a|b", "c"], [["<b>cell</b>", "x|y"]]), Figure("fig <1>", b"\x89PNG")]
+    page = to_html(blocks, "title")
+    assert "<strong>bold</strong>" in page and "<code>code</code>" in page
+    assert "<script>" not in page and "&lt;b&gt;cell&lt;/b&gt;" in page
+    assert "src='data:image/png;base64,iVBORw==" in page and "fig &lt;1&gt;" in page
+    md = to_markdown(blocks)
+    assert "| a\\|b | c |" in md and "x\\|y" in md and "Figure: fig <1>" in md
+
+
+def test_lock_tags_hash_outputs_and_params_and_skip_the_running_stage():
+    lock = {"stages": {
+        "tokenize": {"outs": [{"path": "data/processed/tokens.parquet", "md5": "abc"}],
+                     "params": {"params.yaml": {"tokenize": {"max_length": 64}}}},
+        "report": {"outs": [{"path": "reports/report.md", "md5": "stale"}]}}}
+    tags = lock_tags(lock, running="report")
+    assert tags["dvc.out.data/processed/tokens.parquet"] == "abc"
+    assert "dvc.out.reports/report.md" not in tags and len(tags["dvc.params.tokenize"]) == 32
+    lock["stages"]["tokenize"]["params"]["params.yaml"]["tokenize"]["max_length"] = 128
+    assert lock_tags(lock, running="report")["dvc.params.tokenize"] != tags["dvc.params.tokenize"]
+
+
+def test_mistakes_are_the_most_confident_wrong_predictions_with_a_snippet():
+    n = 30
+    preds = pd.DataFrame({"doc_id": [f"d{i}" for i in range(n)], "label": ["a"] * n,
+                          "predicted": ["b"] * (n - 1) + ["a"], "probability": np.linspace(0.5, 0.99, n),
+                          "correct": [False] * (n - 1) + [True]})
+    corpus = pd.DataFrame({"doc_id": preds["doc_id"], "source_path": [f"a/{i}.txt" for i in range(n)],
+                           "text": ["word " * 100] * n})
+    table = mistakes_section(preds, corpus)[1]
+    assert len(table.rows) == 20
+    probs = [float(r[3]) for r in table.rows]
+    assert probs == sorted(probs, reverse=True) and probs[0] == pytest.approx(0.973, abs=1e-3)
+    assert table.rows[0][0] == "a/28.txt" and len(table.rows[0][4]) <= 161
