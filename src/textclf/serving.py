@@ -5,7 +5,6 @@ Input: a DataFrame with a `text` column (or a list of strings). Output: a DataFr
 tokenizer + params.json) is an artifact, and this package ships with the model
 (`code_paths`), so `mlflow models predict/serve --env-manager local` needs nothing else.
 """
-from __future__ import annotations
 
 import importlib.metadata
 from pathlib import Path
@@ -39,7 +38,8 @@ class TextClassifier(mlflow.pyfunc.PythonModel):
         from textclf.predict import Predictor  # torch and the model load only here
         self.predictor = Predictor(context.artifacts["model_dir"])
 
-    def predict(self, context, model_input, params=None) -> pd.DataFrame:
+    def predict(self, context, model_input: pd.DataFrame, params=None) -> pd.DataFrame:
+        # the DataFrame hint: a `text` column, validated against the logged signature
         return self.predictor.predict(texts_of(model_input))
 
 
