@@ -2,6 +2,7 @@
 used only where behaviour does not depend on pretrained weights, for speed."""
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -56,6 +57,10 @@ def sample_corpus(tmp_path) -> Path:
 
 @pytest.fixture
 def prepared(tmp_path, sample_corpus, tiny_model_dir, monkeypatch):
+    return prepare(tmp_path, sample_corpus, tiny_model_dir, monkeypatch)
+
+
+def prepare(tmp_path: Path, sample_corpus: Path, tiny_model_dir: Path, monkeypatch):
     """Ingest, tokenize and split the demo corpus; MLflow pointed at tmp_path."""
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     monkeypatch.chdir(tmp_path)  # artifacts and git lookups stay in tmp_path
@@ -122,14 +127,35 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_for(url: str, proc: subprocess.Popen, seconds: float = 120) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"server exited: {proc.stderr.read()[-3000:]}")
+def venv_env() -> dict:
+    """Offline, with the venv's bin on PATH: `mlflow ... serve` execs `uvicorn` by name."""
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "PATH": path}
+
+
+@contextlib.contextmanager
+def server(cmd: list[str], cwd: Path, health_url: str, log: Path, seconds: float = 180):
+    """Run a server until the block ends. Its output goes to `log`, never to a pipe: a full
+    pipe would block the server, and reading a live server's pipe would block the test."""
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, cwd=cwd, env=venv_env(), stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + seconds
+        while True:
+            if proc.poll() is not None:
+                raise AssertionError(f"server exited {proc.returncode}: {log.read_text()[-3000:]}")
+            try:
+                urllib.request.urlopen(health_url, timeout=2)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"{health_url} silent for {seconds} s: {log.read_text()[-3000:]}")
+                time.sleep(0.5)
+        yield
+    finally:
+        proc.terminate()
         try:
-            urllib.request.urlopen(url, timeout=2)
-            return
-        except OSError:
-            time.sleep(0.5)
-    raise AssertionError(f"{url} did not answer within {seconds} s")
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

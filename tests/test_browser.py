@@ -3,14 +3,12 @@ Chromium (Debian's chromium + chromedriver, driven by Selenium; never a download
 browser). Screenshots are kept in test-artifacts/ for a human to look at."""
 import json
 import os
-import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
-from conftest import REPO, free_port, wait_for
+from conftest import REPO, free_port, server
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 SHOTS = REPO / "test-artifacts"
@@ -33,6 +31,7 @@ def browser():
     for flag in FLAGS:
         options.add_argument(flag)
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver.set_page_load_timeout(60)
     SHOTS.mkdir(exist_ok=True)
     yield driver
     driver.quit()
@@ -62,19 +61,13 @@ def test_report_html_shows_its_figures(reproduced, browser):
 
 
 @pytest.fixture
-def mlflow_server(reproduced):
+def mlflow_server(reproduced, tmp_path):
     repo, _ = reproduced
-    port = free_port()
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1",
-                             "--port", str(port), "--backend-store-uri", f"sqlite:///{repo / 'mlflow.db'}"],
-                            cwd=repo, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        wait_for(f"http://127.0.0.1:{port}/health", proc)
-        yield f"http://127.0.0.1:{port}", json.loads((repo / "reports/mlflow_run.json").read_text())
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+    url = f"http://127.0.0.1:{free_port()}"
+    cmd = [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", url.rsplit(":", 1)[1],
+           "--backend-store-uri", f"sqlite:///{repo / 'mlflow.db'}"]
+    with server(cmd, repo, f"{url}/health", tmp_path / "server.log"):
+        yield url, json.loads((repo / "reports/mlflow_run.json").read_text())
 
 
 def test_mlflow_ui_lists_metrics_and_report(mlflow_server, browser):

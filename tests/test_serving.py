@@ -2,11 +2,10 @@
 `mlflow models predict` and `mlflow models serve` work offline on 127.0.0.1.
 The encoder is the tiny RANDOM BERT from conftest: these tests check wiring, not accuracy."""
 import json
-import os
+import shutil
 import subprocess
 import sys
 import urllib.request
-from pathlib import Path
 
 import mlflow
 import numpy as np
@@ -15,24 +14,23 @@ import pytest
 
 from textclf.predict import Predictor
 
-from conftest import free_port, run_train, wait_for
+from conftest import REPO, free_port, prepare, run_train, server, venv_env
 
 TEXTS = ["The central bank raised interest rates again to cool inflation.",
          "The striker scored twice as the home side won the cup final.",
          "A new phone with a faster chip and a better camera goes on sale."]
 
 
-@pytest.fixture
-def trained(prepared):
-    tmp, p = prepared
-    run_train(p)
-    return tmp, json.loads((tmp / "run.json").read_text())
-
-
-def cli_env() -> dict:
-    """Offline, with the venv's bin on PATH: `mlflow models serve` execs `uvicorn` by name."""
-    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
-    return {**os.environ, "HF_HUB_OFFLINE": "1", "PATH": path}
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, tiny_model_dir):
+    """One training of the tiny model, shared by this module's tests (they only read it)."""
+    tmp = tmp_path_factory.mktemp("serving")
+    corpus = tmp / "sample"
+    shutil.copytree(REPO / "data" / "sample", corpus)
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        _, p = prepare(tmp, corpus, tiny_model_dir, monkeypatch)
+        run_train(p)
+        yield tmp, json.loads((tmp / "run.json").read_text())
 
 
 def mlflow_cli(*args, **kwargs) -> subprocess.CompletedProcess:
@@ -83,7 +81,7 @@ def test_mlflow_models_predict_offline(trained, tmp_path):
     inp.write_text(json.dumps({"dataframe_split": {"columns": ["text"], "data": [[t] for t in TEXTS]}}))
     out = tmp_path / "out.json"
     proc = mlflow_cli("models", "predict", "-m", run["model_uri"], "-i", str(inp), "-t", "json",
-                      "-o", str(out), "--env-manager", "local", env=cli_env(), cwd=tmp)
+                      "-o", str(out), "--env-manager", "local", env=venv_env(), cwd=tmp)
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = pd.DataFrame(json.loads(out.read_text())["predictions"])
     expected = Predictor(tmp / "model").predict(TEXTS)
@@ -91,22 +89,16 @@ def test_mlflow_models_predict_offline(trained, tmp_path):
     assert np.allclose(got["probability"], expected["probability"], atol=1e-5)
 
 
-def test_mlflow_models_serve_answers_rest(trained):
+def test_mlflow_models_serve_answers_rest(trained, tmp_path):
     tmp, run = trained
-    port = free_port()
+    url = f"http://127.0.0.1:{free_port()}"
     cmd = [sys.executable, "-m", "mlflow", "models", "serve", "-m", run["model_uri"], "-h", "127.0.0.1",
-           "-p", str(port), "--env-manager", "local"]
-    proc = subprocess.Popen(cmd, cwd=tmp, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            env=cli_env())
-    try:
-        wait_for(f"http://127.0.0.1:{port}/ping", proc)
+           "-p", url.rsplit(":", 1)[1], "--env-manager", "local"]
+    with server(cmd, tmp, f"{url}/ping", tmp_path / "serve.log"):
         body = json.dumps({"dataframe_split": {"columns": ["text"], "data": [[t] for t in TEXTS]}})
-        req = urllib.request.Request(f"http://127.0.0.1:{port}/invocations", data=body.encode(),
+        req = urllib.request.Request(f"{url}/invocations", data=body.encode(),
                                      headers={"Content-Type": "application/json"})
         got = pd.DataFrame(json.loads(urllib.request.urlopen(req, timeout=60).read())["predictions"])
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
     expected = Predictor(tmp / "model").predict(TEXTS)
     assert got["label"].tolist() == expected["label"].tolist()
     assert np.allclose(got["probability"], expected["probability"], atol=1e-5)
