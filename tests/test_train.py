@@ -1,6 +1,7 @@
 """Train + evaluate stages against a real MLflow store (SQLite in tmp_path).
 The encoder is the tiny RANDOM BERT from conftest: these tests check wiring, not accuracy."""
 import json
+from pathlib import Path
 
 import mlflow
 import pandas as pd
@@ -56,8 +57,13 @@ def test_train_then_evaluate_log_one_run(prepared):
     assert run.data.metrics["gap_accuracy"] == pytest.approx(metrics["gap"]["accuracy"])
     assert len(client.get_metric_history(run.info.run_id, "val_accuracy")) == 2
     assert {"git_commit", "dvc.md5.tokens", "dvc.md5.splits"} <= set(run.data.tags)
-    weights = client.list_artifacts(run.info.run_id, "model/artifacts/model_dir")
-    assert "model/artifacts/model_dir/model.safetensors" in {a.path for a in weights}
+    model_uri = json.loads((tmp / "run.json").read_text())["model_uri"]
+    assert metrics["mlflow"]["model_uri"] == model_uri
+    logged = Path(mlflow.artifacts.download_artifacts(artifact_uri=model_uri, dst_path=str(tmp / "dl")))
+    files = {p.relative_to(logged).as_posix() for p in logged.rglob("*") if p.is_file()}
+    assert {"MLmodel", "pyfunc_entry.py", "code/textclf/serving.py"} <= files
+    assert any(f.endswith("/model.safetensors") for f in files)
+    assert not any(f.endswith((".pkl", ".bin", ".pt")) for f in files)  # no pickle anywhere
 
 
 def test_same_params_same_metrics(prepared):
