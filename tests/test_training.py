@@ -1,9 +1,13 @@
-"""Batching, schedules and device selection (pure, fast)."""
+"""Batching, schedules, device selection and the step loop (fast)."""
 import numpy as np
 import torch
+from torch import nn
 
-from textclf.batching import Collator, LengthGroupedBatchSampler, sorted_batches
-from textclf.training import lr_factor, make_accelerator
+from textclf import training
+from textclf.batching import Collator, LengthGroupedBatchSampler, Split, sorted_batches
+from textclf.config import TrainParams
+from textclf.training import (lr_factor, make_accelerator, make_scheduler, make_train_loader,
+                              precision_for, train_steps)
 
 
 def test_length_grouped_batches_cover_every_index_once_and_are_seeded():
@@ -52,3 +56,69 @@ def test_device_selection_on_this_machine():
         assert accelerator.device.type == "cuda" and accelerator.mixed_precision == expected
     else:
         assert accelerator.device.type in ("cpu", "mps") and accelerator.mixed_precision == "no"
+
+
+def test_precision_for_picks_bf16_only_on_cuda_with_bf16():
+    assert precision_for(cuda_available=True, bf16_supported=True) == "bf16"
+    assert precision_for(cuda_available=True, bf16_supported=False) == "no"
+    assert precision_for(cuda_available=False, bf16_supported=True) == "no"
+    assert precision_for(cuda_available=False, bf16_supported=False) == "no"
+
+
+class RecordingAccelerator:
+    """Stands in for accelerate.Accelerator: constructing a real one would claim the GPU."""
+
+    def __init__(self, **kwargs):
+        self.kwargs = kwargs
+
+
+def test_make_accelerator_asks_for_bf16_on_a_bf16_gpu(monkeypatch):
+    monkeypatch.setattr(training, "Accelerator", RecordingAccelerator)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    assert make_accelerator().kwargs == {"mixed_precision": "bf16"}
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
+    assert make_accelerator().kwargs == {"mixed_precision": "no"}
+
+
+def test_make_accelerator_on_cpu_never_asks_cuda_about_bf16(monkeypatch):
+    def boom(*a, **k):
+        raise AssertionError("is_bf16_supported called without CUDA")
+    monkeypatch.setattr(training, "Accelerator", RecordingAccelerator)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", boom)
+    assert make_accelerator().kwargs == {"mixed_precision": "no"}
+
+
+class BagOfEmbeddings(nn.Module):
+    """The smallest model the loop accepts: (input_ids, attention_mask) -> logits."""
+
+    def __init__(self, vocab: int = 50, classes: int = 3):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, 8)
+        self.out = nn.Linear(8, classes)
+
+    def forward(self, input_ids, attention_mask):
+        mask = attention_mask.unsqueeze(-1).float()  # (B, T, 1)
+        pooled = (self.emb(input_ids) * mask).sum(1) / mask.sum(1)  # (B, 8)
+        return self.out(pooled)  # (B, C)
+
+
+def test_train_steps_stops_after_max_steps_and_fit_pieces_compose():
+    rng = np.random.default_rng(0)
+    ids = [rng.integers(1, 50, size=rng.integers(3, 12)).tolist() for _ in range(40)]
+    train = Split(ids, rng.integers(0, 3, size=40).tolist())
+    cfg = TrainParams(epochs=1, batch_size=4, lr_encoder=1e-2, lr_head=1e-2, warmup_ratio=0.0)
+    torch.manual_seed(0)
+    model = BagOfEmbeddings()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    loader = make_train_loader(train, cfg, pad_id=0)
+    assert len(loader) == 10
+    scheduler = make_scheduler(optimizer, 3, cfg)
+    accelerator = make_accelerator()
+    model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, loader, scheduler)
+    loss_sum, steps = train_steps(model, optimizer, scheduler, loader, cfg, accelerator, max_steps=3)
+    assert steps == 3 and scheduler.get_last_lr()[0] == 0.0  # linear decay ends at step 3
+    assert 0 < loss_sum.item() / steps < 5
+    _, steps = train_steps(model, optimizer, scheduler, loader, cfg, accelerator)
+    assert steps == len(loader)  # no max_steps: one full pass

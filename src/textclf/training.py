@@ -25,9 +25,16 @@ log = logging.getLogger(__name__)
 LOG_EVERY = 10  # steps between loss reads: each read is a host sync
 
 
+def precision_for(cuda_available: bool, bf16_supported: bool) -> str:
+    """Accelerate's mixed_precision: bf16 autocast on a CUDA device that has it, else fp32.
+    fp16 would need loss scaling. CPUs stay fp32 so CPU results do not move; bf16 autocast
+    is faster only on CPUs with native bf16 (see README, Speed)."""
+    return "bf16" if cuda_available and bf16_supported else "no"
+
+
 def make_accelerator() -> Accelerator:
-    bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
-    return Accelerator(mixed_precision="bf16" if bf16 else "no")
+    cuda = torch.cuda.is_available()
+    return Accelerator(mixed_precision=precision_for(cuda, cuda and torch.cuda.is_bf16_supported()))
 
 
 def lr_factor(total_steps: int, warmup_ratio: float, schedule: str) -> Callable[[int], float]:
@@ -65,39 +72,61 @@ def predict_proba(model: nn.Module, input_ids: list[list[int]], batch_size: int,
     return np.stack(out)
 
 
+def make_train_loader(train: Split, cfg: TrainParams, pad_id: int) -> DataLoader:
+    """Length-grouped, dynamically padded training batches (seeded per epoch)."""
+    sampler = LengthGroupedBatchSampler([len(s) for s in train.input_ids], cfg.batch_size, cfg.seed)
+    return DataLoader(TokenDataset(train.input_ids, train.labels), batch_sampler=sampler,
+                      collate_fn=Collator(pad_id))
+
+
+def make_scheduler(optimizer: torch.optim.Optimizer, total_steps: int,
+                   cfg: TrainParams) -> torch.optim.lr_scheduler.LambdaLR:
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lr_factor(total_steps, cfg.warmup_ratio, cfg.scheduler))
+
+
+def train_steps(model: nn.Module, optimizer: torch.optim.Optimizer, scheduler, loader,
+                cfg: TrainParams, accelerator: Accelerator, desc: str = "train",
+                max_steps: int | None = None) -> tuple[torch.Tensor, int]:
+    """One pass over the prepared `loader`, or its first `max_steps` batches (benchmarks
+    time a fixed number of steps) -> (summed loss, a device tensor; steps taken)."""
+    model.train()
+    loss_fn = nn.CrossEntropyLoss()
+    loss_sum = torch.zeros((), device=accelerator.device)
+    bar = tqdm(loader, desc=desc, total=min(max_steps or len(loader), len(loader)),
+               disable=not accelerator.is_local_main_process)
+    step = 0
+    for step, batch in enumerate(bar, 1):
+        with accelerator.autocast():
+            logits = model(batch["input_ids"], batch["attention_mask"])  # (B, C)
+            loss = loss_fn(logits.float(), batch["labels"])
+        accelerator.backward(loss)
+        if cfg.max_grad_norm > 0:
+            accelerator.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        loss_sum += loss.detach()  # stays on the device: no host sync per step
+        if step % LOG_EVERY == 0:
+            bar.set_postfix(loss=f"{loss_sum.item() / step:.4f}")
+        if step == max_steps:
+            break
+    return loss_sum, step
+
+
 def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train: Split, val: Split,
         cfg: TrainParams, pad_id: int, accelerator: Accelerator,
         on_epoch: Callable[[dict, np.ndarray], None]) -> nn.Module:
     """Train `model`; after each epoch call on_epoch(row, validation probabilities) with
     row = {'epoch', 'train_loss', 'val_accuracy', 'val_macro_f1'}."""
-    sampler = LengthGroupedBatchSampler([len(s) for s in train.input_ids], cfg.batch_size, cfg.seed)
-    loader = DataLoader(TokenDataset(train.input_ids, train.labels), batch_sampler=sampler,
-                        collate_fn=Collator(pad_id))
-    total = cfg.epochs * len(loader)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lr_factor(total, cfg.warmup_ratio, cfg.scheduler))
+    loader = make_train_loader(train, cfg, pad_id)
+    scheduler = make_scheduler(optimizer, cfg.epochs * len(loader), cfg)
     model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, loader, scheduler)
-    loss_fn = nn.CrossEntropyLoss()
     for epoch in range(1, cfg.epochs + 1):
         loader.set_epoch(epoch)
-        model.train()
-        loss_sum = torch.zeros((), device=accelerator.device)
-        bar = tqdm(loader, desc=f"epoch {epoch}/{cfg.epochs}",
-                   disable=not accelerator.is_local_main_process)
-        for step, batch in enumerate(bar, 1):
-            with accelerator.autocast():
-                logits = model(batch["input_ids"], batch["attention_mask"])  # (B, C)
-                loss = loss_fn(logits.float(), batch["labels"])
-            accelerator.backward(loss)
-            if cfg.max_grad_norm > 0:
-                accelerator.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
-            loss_sum += loss.detach()
-            if step % LOG_EVERY == 0:
-                bar.set_postfix(loss=f"{loss_sum.item() / step:.4f}")
-        train_loss = accelerator.reduce(loss_sum, "mean").item() / len(loader)
+        loss_sum, steps = train_steps(model, optimizer, scheduler, loader, cfg, accelerator,
+                                      desc=f"epoch {epoch}/{cfg.epochs}")
+        train_loss = accelerator.reduce(loss_sum, "mean").item() / steps
         probs = predict_proba(accelerator.unwrap_model(model), val.input_ids,
                               cfg.batch_size * 2, pad_id, accelerator)
         scores = classification_scores(val.labels, probs.argmax(axis=1))
