@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import mlflow
+import pandas as pd
 import pytest
 import yaml
 from mlflow.tracking import MlflowClient
@@ -13,6 +15,9 @@ from mlflow.tracking import MlflowClient
 from textclf.multiseed import experiments, summarize
 
 from conftest import GIT_ENV, REPO, copy_repo, dvc, write_params
+
+LABELS = {"business", "entertainment", "politics", "sport", "tech"}
+
 
 def ran(output: str) -> set[str]:
     return set(re.findall(r"Running stage '(\w+)'", output))
@@ -67,8 +72,18 @@ def test_dvc_repro_end_to_end(reproduced, tmp_path):
     assert len(runs(repo)[1]) == 2
 
 
+def pyfunc_predict(repo: Path, model_uri: str, texts: list[str]) -> pd.DataFrame:
+    previous = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri(f"sqlite:///{repo / 'mlflow.db'}")
+    try:
+        return mlflow.pyfunc.load_model(model_uri).predict(pd.DataFrame({"text": texts}))
+    finally:
+        mlflow.set_tracking_uri(previous)
+
+
 def test_every_head_through_dvc_experiments(tmp_path):
-    """`dvc exp run -S model.head=...` for each head; `dvc exp show` has head, lr and guards."""
+    """`dvc exp run -S model.head=...` for each head; `dvc exp show` has head, lr and guards;
+    each head's logged pyfunc loads and predicts."""
     repo = copy_repo(tmp_path / "repo")
     write_params(repo / "params.yaml", tokenize={"max_length": 64}, train={"epochs": 1})
     subprocess.run(["git", "commit", "-qam", "tiny"], cwd=repo, check=True, env={**os.environ, **GIT_ENV})
@@ -85,6 +100,9 @@ def test_every_head_through_dvc_experiments(tmp_path):
         assert metrics["guards"]["load_audit"] == "pass"
         assert metrics["guards"]["weight_movement"] == "pass"
         assert 0 <= metrics["accuracy"] <= 1 and "gap" in metrics
+        got = pyfunc_predict(repo, metrics["mlflow"]["model_uri"], ["Shares fell after the profit warning."])
+        assert got["label"].iloc[0] in LABELS
+        assert abs(got.filter(like="prob_").sum(axis=1).iloc[0] - 1) < 1e-5
     assert len(runs(repo)[1]) == 3
     mean, sd, n = summarize(exps)["accuracy"]  # the multiseed summary, over these three
     assert n == 3 and mean == pytest.approx(sum(m["accuracy"] for m in exps.values()) / 3)
