@@ -13,7 +13,7 @@ from textclf.config import load_params
 from textclf.evaluation import calibration, mlflow_metrics, test_metrics
 from textclf.io import read_json, run_stage, setup_logging, stage_parser, write_csv, write_json, write_parquet
 from textclf.modeling import load_classifier
-from textclf.predict import PROB_PREFIX
+from textclf.predict import probability_frame
 from textclf.training import make_accelerator, predict_proba
 
 log = logging.getLogger("evaluate")
@@ -22,13 +22,10 @@ log = logging.getLogger("evaluate")
 def prediction_frame(doc_ids: list[str], y_true, probs: np.ndarray, labels: list[str]) -> pd.DataFrame:
     """One row per test document: true and predicted label, the predicted label's
     probability, whether it was right, and every class probability."""
-    y_pred = probs.argmax(axis=1)
-    frame = pd.DataFrame({"doc_id": doc_ids, "label": [labels[i] for i in y_true],
-                          "predicted": [labels[i] for i in y_pred],
-                          "probability": probs.max(axis=1).astype(float),
-                          "correct": np.asarray(y_true) == y_pred})
-    for i, label in enumerate(labels):
-        frame[PROB_PREFIX + label] = probs[:, i].astype(float)
+    frame = probability_frame(probs, labels).rename(columns={"label": "predicted"})
+    frame.insert(0, "doc_id", doc_ids)
+    frame.insert(1, "label", [labels[i] for i in y_true])
+    frame.insert(4, "correct", frame["label"] == frame["predicted"])
     return frame
 
 

@@ -27,6 +27,17 @@ log = logging.getLogger("predict")
 PROB_PREFIX = "prob_"
 
 
+def probability_frame(probs: np.ndarray, labels: list[str]) -> pd.DataFrame:
+    """(N, C) probabilities -> columns label (the most probable), probability (of that
+    label), prob_<class> for every class."""
+    best = probs.argmax(axis=1) if len(probs) else np.zeros(0, dtype=int)
+    frame = pd.DataFrame({"label": [labels[i] for i in best],
+                          "probability": probs[np.arange(len(best)), best].astype(float)})
+    for i, label in enumerate(labels):
+        frame[PROB_PREFIX + label] = probs[:, i].astype(float)
+    return frame
+
+
 class Predictor:
     """Tokenizes as the model was trained (max_length, truncation from its params.json)
     and returns per-class probabilities, in batches sorted by length."""
@@ -56,14 +67,7 @@ class Predictor:
                              int(self.tokenizer.pad_token_id or 0), self.accelerator)  # (N, C)
 
     def predict(self, texts: list[str]) -> pd.DataFrame:
-        """-> columns label, probability (of that label), prob_<class> for every class."""
-        probs = self.predict_proba(list(texts))
-        best = probs.argmax(axis=1) if len(probs) else np.zeros(0, dtype=int)
-        frame = pd.DataFrame({"label": [self.labels[i] for i in best],
-                              "probability": probs[np.arange(len(best)), best].astype(float)})
-        for i, label in enumerate(self.labels):
-            frame[PROB_PREFIX + label] = probs[:, i].astype(float)
-        return frame
+        return probability_frame(self.predict_proba(list(texts)), self.labels)
 
 
 def read_inputs(files: list[str]) -> tuple[list[str], list[str]]:
