@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # GPU check (issue 5), one script for a CUDA machine with the project installed:
-#   bash benchmarks/gpu.sh bench      # bert-base-sized random weights, bf16: samples/s and MFU
+#   bash benchmarks/gpu.sh bench [throughput.py flags]  # bert-base-sized random weights, bf16:
+#                                     # samples/s and MFU (e.g. --gpu-variants ours ours-batch128)
 #   bash benchmarks/gpu.sh pipeline   # wall time of a full BBC `dvc repro` with the packaged MiniLM
 #   bash benchmarks/gpu.sh all
 # BBC=path/to/bbc (default ../shared/data/bbc); logs go to $OUT (default /tmp/gpu-check).
@@ -42,7 +43,7 @@ transformers.__version__, torch.cuda.get_device_name(0))'
 }
 
 bench() {
-  "$PY" benchmarks/throughput.py --gpu-bench --bbc "$BBC" --max-lengths 512 --repeats 2 \
+  "$PY" benchmarks/throughput.py --gpu-bench --bbc "$BBC" --max-lengths 512 --repeats 2 "$@" \
     2>&1 | tee "$OUT/gpu_bench.log"
 }
 
@@ -75,7 +76,7 @@ print({k: m[k] for k in ("accuracy", "macro_f1", "ece", "n_test", "baseline", "g
 
 setup
 case "${1:-all}" in
-  bench) bench ;;
+  bench) bench "${@:2}" ;;
   pipeline) pipeline ;;
   all) bench; pipeline ;;
   *) echo "usage: bash benchmarks/gpu.sh [bench|pipeline|all]" >&2; exit 2 ;;

@@ -22,6 +22,7 @@ import sys
 import time
 from pathlib import Path
 
+from textclf.config import EvaluateParams
 from throughput_helpers import best_run, goal, mfu, rotated, table
 
 log = logging.getLogger("throughput")
@@ -36,6 +37,9 @@ LEVERS = {"ours": {}, "ours+eager-attention": {"lever": "eager"},
           "ours+fused-adamw": {"lever": "fused-adamw"}, "ours+2-workers": {"lever": "workers"},
           "ours+token-budget": {"lever": "token-budget"}, "ours+compile": {"lever": "compile", "warmup": 1},
           "ours+cpu-bf16": {"lever": "bf16"}}
+# GPU variants at the longest max length: the pipeline's loop, bigger batches, torch.compile.
+GPU_VARIANTS = {"ours": {}, "ours-batch64": {"batch_size": 64}, "ours-batch128": {"batch_size": 128},
+                "ours+compile": {"lever": "compile"}}
 GOALS = {"train_default": 1.3, "train_tuned": 1.0, "infer": 1.5, "dvc": 1.2}
 
 
@@ -55,7 +59,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--contenders", nargs="+", choices=list(TRAINERS), default=list(TRAINERS),
                    help="training contenders to run (goals need ours and the Trainer compared)")
     p.add_argument("--infer-docs", type=int, default=256)
-    p.add_argument("--infer-batch", type=int, default=64, help="evaluate.batch_size's default")
+X
     p.add_argument("--loss-tol", type=float, default=0.05, help="|mean loss difference| counted as equal")
     p.add_argument("--levers", action="store_true",
                    help="also time variants of our loop (at the longest max length) and CPU bf16 inference")
@@ -67,6 +71,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--gpu-bench", action="store_true", help="only: bert-base bf16 samples/s and MFU")
     p.add_argument("--gpu-batch", type=int, default=32)
     p.add_argument("--gpu-steps", type=int, default=60)
+    p.add_argument("--gpu-variants", nargs="+", choices=list(GPU_VARIANTS),
+                   default=["ours", "ours-batch64", "ours-batch128"])
     return p.parse_args(argv)
 
 
@@ -208,17 +214,14 @@ def run_dvc(args, report: dict) -> None:
     report["goals"].append(goal("no-op dvc repro / dvc status wall time", r, GOALS["dvc"], at_most=True))
 
 
-# GPU variants at the longest max length: the pipeline's loop, a bigger batch, torch.compile.
-GPU_VARIANTS = {"ours": {}, "ours-batch64": {"batch_size": 64}, "ours+compile": {"lever": "compile"}}
-
-
 def run_gpu(args) -> None:
     """bert-base (random BertConfig() weights), bf16 autocast, our loop; needs CUDA."""
     rows = []
     for ml in args.max_lengths:
         spec = {**base_spec(args, "gpu", ml, batch_size=args.gpu_batch, steps=args.gpu_steps,
                             docs=None), "warmup": 5}
-        variants = GPU_VARIANTS if ml == max(args.max_lengths) else {"ours": {}}
+        names = args.gpu_variants if ml == max(args.max_lengths) else ["ours"]
+        variants = {name: GPU_VARIANTS[name] for name in names}
         for name, best in measure(variants, spec, args.repeats).items():
             rows.append({"variant": name, "max_length": ml, "batch": best["batch_size"],
                          "steps": best["steps"], "samples/s": best["samples_per_s"],

@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> None:
     pad_id = int(model.encoder.config.pad_token_id or 0)
     test = read_token_splits(args.tokens, args.splits, labels)[0]["test"]
     input_ids, y_true = test.input_ids, test.labels
-    accelerator = make_accelerator()
+    accelerator = make_accelerator(cfg.precision)
     model.to(accelerator.device)
     probs = predict_proba(model, input_ids, cfg.batch_size, pad_id, accelerator)
     y_pred = probs.argmax(axis=1)

@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> None:
     splits, labels = read_token_splits(args.tokens, args.splits)
     tokenizer = load_tokenizer(params["model"].name)
     set_seed(cfg.seed)  # before the head is initialised
-    accelerator = make_accelerator()
+    accelerator = make_accelerator(cfg.precision)
     with mlflow.start_run(experiment_id=use_experiment()) as run:  # ends FAILED on an exception
         log.info("MLflow run %s on %s", run.info.run_id, accelerator.device)
         logged = {s: params[s] for s in LOGGED_SECTIONS}

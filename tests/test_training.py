@@ -1,11 +1,16 @@
 """Batching, schedules, device selection and the step loop (fast)."""
+import json
+import subprocess
+import sys
+
 import numpy as np
+import pytest
 import torch
 from torch import nn
 
 from textclf import training
 from textclf.batching import Collator, LengthGroupedBatchSampler, Split, sorted_batches
-from textclf.config import TrainParams
+from textclf.config import EvaluateParams, TrainParams
 from textclf.training import (lr_factor, make_accelerator, make_scheduler, make_train_loader,
                               precision_for, train_steps)
 
@@ -58,11 +63,73 @@ def test_device_selection_on_this_machine():
         assert accelerator.device.type in ("cpu", "mps") and accelerator.mixed_precision == "no"
 
 
-def test_precision_for_picks_bf16_only_on_cuda_with_bf16():
-    assert precision_for(cuda_available=True, bf16_supported=True) == "bf16"
-    assert precision_for(cuda_available=True, bf16_supported=False) == "no"
-    assert precision_for(cuda_available=False, bf16_supported=True) == "no"
-    assert precision_for(cuda_available=False, bf16_supported=False) == "no"
+def test_precision_auto_picks_bf16_only_on_cuda_with_bf16():
+    assert precision_for("auto", cuda_available=True, bf16_supported=True) == "bf16"
+    assert precision_for("auto", cuda_available=True, bf16_supported=False) == "no"
+    assert precision_for("auto", cuda_available=False, bf16_supported=True) == "no"
+    assert precision_for("auto", cuda_available=False, bf16_supported=False) == "no"
+
+
+def test_precision_fp32_and_bf16_are_what_they_say_and_bad_ones_fail():
+    for cuda, bf16 in ((True, True), (True, False), (False, False)):
+        assert precision_for("fp32", cuda, bf16) == "no"
+    assert precision_for("bf16", cuda_available=False, bf16_supported=False) == "bf16"  # CPU opt-in
+    assert precision_for("bf16", cuda_available=True, bf16_supported=True) == "bf16"
+    with pytest.raises(ValueError, match="no bf16: set train.precision"):
+        precision_for("bf16", cuda_available=True, bf16_supported=False)
+    with pytest.raises(ValueError, match="'fp16' must be one of auto, fp32, bf16"):
+        precision_for("fp16", cuda_available=False, bf16_supported=False)
+    with pytest.raises(ValueError, match=r"train.precision='half' must be one of \['auto', 'fp32', 'bf16'\]"):
+        TrainParams(precision="half")
+    with pytest.raises(ValueError, match="evaluate.precision"):
+        EvaluateParams(precision="fp16")
+
+
+def test_one_process_cannot_switch_precision_and_says_why():
+    make_accelerator("fp32")  # this test process runs fp32 (the CPU default)
+    with pytest.raises(ValueError, match="already set up Accelerate with another precision"):
+        make_accelerator("bf16")
+    assert make_accelerator("auto").mixed_precision == "no"
+
+
+CPU_BF16_RUN = """
+import json, sys, torch
+from textclf.batching import Split
+from textclf.config import EvaluateParams, TrainParams
+from textclf.training import make_accelerator, make_scheduler, make_train_loader, train_steps
+ids = [[(7 * i + j) % 50 + 1 for j in range(3 + i % 9)] for i in range(32)]
+train = Split(ids, [i % 3 for i in range(32)])
+cfg = TrainParams(epochs=1, batch_size=4, warmup_ratio=0.0)
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb, self.out = torch.nn.EmbeddingBag(51, 16), torch.nn.Linear(16, 3)
+    def forward(self, ids, mask):
+        return self.out(self.emb(ids * mask))  # (B, C)
+torch.manual_seed(0)
+net = Model()
+optimizer = torch.optim.AdamW(net.parameters(), lr=1e-2)
+accelerator = make_accelerator(sys.argv[1])
+loader = make_train_loader(train, cfg, pad_id=0)
+scheduler = make_scheduler(optimizer, 8, cfg)
+net, optimizer, loader, scheduler = accelerator.prepare(net, optimizer, loader, scheduler)
+loss, steps = train_steps(net, optimizer, scheduler, loader, cfg, accelerator, max_steps=8)
+print(json.dumps({"loss": loss.item() / steps, "mixed": accelerator.mixed_precision}))
+"""
+
+
+def cpu_run(precision: str) -> dict:
+    out = subprocess.run([sys.executable, "-c", CPU_BF16_RUN, precision], capture_output=True,
+                         text=True, check=True)
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+def test_cpu_bf16_is_opt_in_seeded_and_changes_the_numbers():
+    """Each in its own process: Accelerate keeps one precision per process."""
+    bf16, again, fp32 = cpu_run("bf16"), cpu_run("bf16"), cpu_run("auto")
+    assert bf16["mixed"] == "bf16" and fp32["mixed"] == "no"
+    assert bf16["loss"] == again["loss"]  # same params => same numbers, also in bf16
+    assert bf16["loss"] != fp32["loss"]  # autocast really ran: the Linear computed in bf16
 
 
 class RecordingAccelerator:
@@ -76,9 +143,11 @@ def test_make_accelerator_asks_for_bf16_on_a_bf16_gpu(monkeypatch):
     monkeypatch.setattr(training, "Accelerator", RecordingAccelerator)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
-    assert make_accelerator().kwargs == {"mixed_precision": "bf16"}
+    kwargs = make_accelerator().kwargs
+    assert kwargs["mixed_precision"] == "bf16"
+    assert kwargs["dataloader_config"].non_blocking  # pinned batches, copied without a host wait
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
-    assert make_accelerator().kwargs == {"mixed_precision": "no"}
+    assert make_accelerator().kwargs["mixed_precision"] == "no"
 
 
 def test_make_accelerator_on_cpu_never_asks_cuda_about_bf16(monkeypatch):
@@ -87,7 +156,17 @@ def test_make_accelerator_on_cpu_never_asks_cuda_about_bf16(monkeypatch):
     monkeypatch.setattr(training, "Accelerator", RecordingAccelerator)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", boom)
-    assert make_accelerator().kwargs == {"mixed_precision": "no"}
+    kwargs = make_accelerator().kwargs
+    assert kwargs["mixed_precision"] == "no"
+    assert not kwargs["dataloader_config"].non_blocking
+
+
+def test_train_loader_pins_batches_only_on_cuda(monkeypatch):
+    train, cfg = Split([[1, 2, 3], [4, 5]], [0, 1]), TrainParams(batch_size=2)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert not make_train_loader(train, cfg, pad_id=0).pin_memory
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert make_train_loader(train, cfg, pad_id=0).pin_memory  # constructed only, never iterated
 
 
 class BagOfEmbeddings(nn.Module):
