@@ -1,11 +1,12 @@
 # Two entry points: `make repro` (the main job) and `make test` (the test suite).
-# Both create .venv with Python 3.11 + pip on first use.
+# Both create .venv with Python 3.11 + pip on first use. `make bench`: the speed benchmark
+# (README, Speed; about an hour on 2 cores, needs ../shared/data/bbc).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: repro test install
+.PHONY: repro test install bench
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,3 +23,6 @@ repro: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python benchmarks/throughput.py --levers $(BENCH_ARGS)

