@@ -60,7 +60,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--contenders", nargs="+", choices=list(TRAINERS), default=list(TRAINERS),
                    help="training contenders to run (goals need ours and the Trainer compared)")
     p.add_argument("--infer-docs", type=int, default=256)
-X
+    p.add_argument("--infer-batch", type=int, default=EvaluateParams().batch_size,
+                   help="evaluate.batch_size's default")
     p.add_argument("--loss-tol", type=float, default=0.05, help="|mean loss difference| counted as equal")
     p.add_argument("--levers", action="store_true",
                    help="also time variants of our loop (at the longest max length) and CPU bf16 inference")
