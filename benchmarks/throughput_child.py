@@ -30,7 +30,8 @@ from textclf.heads import SequenceClassifier
 from textclf.modeling import build_model, load_tokenizer
 from textclf.policy import make_optimizer, param_groups
 from textclf.tokens import tokenize_texts
-from textclf.training import make_accelerator, make_scheduler, make_train_loader, predict_proba, train_steps
+from textclf.training import (inference_device, make_accelerator, make_scheduler, make_train_loader,
+                              predict_proba, train_steps)
 
 
 def load_docs(spec: dict) -> tuple[list[str], list[int], list[str]]:
@@ -154,18 +155,18 @@ def train_trainer(spec: dict, model: SequenceClassifier, texts: list[str], label
 def infer(spec: dict, model: SequenceClassifier, texts: list[str], tokenizer) -> dict:
     """Texts -> class probabilities: our evaluate path (tokenize_texts, then predict_proba
     over length-sorted batches) or transformers.pipeline on the same model."""
-    accelerator = ours_accelerator(spec)
-    model.to(accelerator.device).eval()
+    device, mixed = inference_device("bf16" if spec.get("lever") == "bf16" else "auto")
+    model.to(device).eval()
     ml, bs = spec["max_length"], spec["batch_size"]
     if spec["contender"].startswith("ours"):
         start = time.perf_counter()
         ids, _ = tokenize_texts(tokenizer, texts, ml, "head")
-        probs = predict_proba(model, ids, bs, tokenizer.pad_token_id, accelerator)  # (N, C)
+        probs = predict_proba(model, ids, bs, tokenizer.pad_token_id, device, mixed)  # (N, C)
         elapsed = time.perf_counter() - start
         batches = sorted_batches([len(s) for s in ids], bs)
     else:
         from transformers import pipeline
-        pipe = pipeline("text-classification", model=model.hf, tokenizer=tokenizer, device=accelerator.device)
+        pipe = pipeline("text-classification", model=model.hf, tokenizer=tokenizer, device=device)
         start = time.perf_counter()
         probs = pipe(texts, batch_size=bs, truncation=True, max_length=ml, top_k=None)
         elapsed = time.perf_counter() - start

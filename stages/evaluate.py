@@ -14,7 +14,7 @@ from textclf.evaluation import calibration, mlflow_metrics, test_metrics
 from textclf.io import read_json, run_stage, setup_logging, stage_parser, write_csv, write_json, write_parquet
 from textclf.modeling import load_classifier
 from textclf.predict import probability_frame
-from textclf.training import make_accelerator, predict_proba
+from textclf.training import inference_device, predict_proba
 
 log = logging.getLogger("evaluate")
 
@@ -49,9 +49,9 @@ def main(argv: list[str] | None = None) -> None:
     pad_id = int(model.encoder.config.pad_token_id or 0)
     test = read_token_splits(args.tokens, args.splits, labels)[0]["test"]
     input_ids, y_true = test.input_ids, test.labels
-    accelerator = make_accelerator(cfg.precision)
-    model.to(accelerator.device)
-    probs = predict_proba(model, input_ids, cfg.batch_size, pad_id, accelerator)
+    device, mixed = inference_device(cfg.precision)
+    model.to(device)
+    probs = predict_proba(model, input_ids, cfg.batch_size, pad_id, device, mixed)
     y_pred = probs.argmax(axis=1)
     metrics = test_metrics(y_true, y_pred, labels)
     predictions = prediction_frame(test.doc_ids, y_true, probs, labels)

@@ -39,7 +39,7 @@ def collapse_after_one_epoch(bbc, cfg: TrainParams) -> dict:
     accelerator = make_accelerator()
     model = fit(model, make_optimizer(param_groups(model, cfg), cfg), train, val, cfg, pad,
                 accelerator, lambda row, probs: None)
-    probs = predict_proba(model, val.input_ids, 32, pad, accelerator)
+    probs = predict_proba(model, val.input_ids, 32, pad, accelerator.device)
     return guards.collapse_check(probs.argmax(1), np.array(val.labels), labels, cfg.collapse_share)
 
 

@@ -1,6 +1,9 @@
 """Train + evaluate stages against a real MLflow store (SQLite in tmp_path).
 The encoder is the tiny RANDOM BERT from conftest: these tests check wiring, not accuracy."""
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import mlflow
@@ -11,7 +14,7 @@ from mlflow.tracking import MlflowClient
 from stages import baseline, evaluate
 from textclf.tracking import project_root, tracking_uri
 
-from conftest import run_train, write_params
+from conftest import REPO, run_train, write_params
 
 
 def run_evaluate(p):
@@ -126,3 +129,23 @@ def test_guard_results_reach_metrics_and_mlflow(prepared):
     movement = pd.read_csv(tmp / "move.csv")
     assert {"encoder", "head"} == set(movement["part"]) and (movement["relative_change"] >= 0).all()
     assert "param_groups.json" in {a.path for a in client.list_artifacts(run.info.run_id)}
+
+
+def test_cpu_bf16_training_logs_a_model_and_evaluates(prepared):
+    """train.precision: bf16 on a CPU, in its own process as under DVC: the stage must get
+    past logging its pyfunc, which loads the model and predicts the input example. Then
+    evaluate (evaluate.precision: bf16) in this process, whose Accelerate state is fp32."""
+    tmp, p = prepared
+    write_params(tmp / "params.yaml", train={"precision": "bf16"}, evaluate={"precision": "bf16"})
+    proc = subprocess.run([sys.executable, "-m", "stages.train", *p, "--tokens", "t.parquet", "--splits",
+                           "sp.parquet", "--model-dir", "model", "--curve", "curve.csv", "--guards",
+                           "guards.json", "--movement", "move.csv", "--run-file", "run.json"],
+                          cwd=tmp, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True,
+                          text=True, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads((tmp / "model" / "params.json").read_text())["train"]["precision"] == "bf16"
+    run = MlflowClient().get_run(json.loads((tmp / "run.json").read_text())["run_id"])
+    assert run.data.params["train.precision"] == "bf16"
+    run_evaluate(p)
+    metrics = json.loads((tmp / "m.json").read_text())
+    assert metrics["n_test"] == 10 and 0 <= metrics["accuracy"] <= 1

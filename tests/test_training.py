@@ -11,8 +11,8 @@ from torch import nn
 from textclf import training
 from textclf.batching import Collator, LengthGroupedBatchSampler, Split, sorted_batches
 from textclf.config import EvaluateParams, TrainParams
-from textclf.training import (lr_factor, make_accelerator, make_scheduler, make_train_loader,
-                              precision_for, train_steps)
+from textclf.training import (inference_device, lr_factor, make_accelerator, make_scheduler,
+                              make_train_loader, precision_for, predict_proba, train_steps)
 
 
 def test_length_grouped_batches_cover_every_index_once_and_are_seeded():
@@ -85,11 +85,25 @@ def test_precision_fp32_and_bf16_are_what_they_say_and_bad_ones_fail():
         EvaluateParams(precision="fp16")
 
 
-def test_one_process_cannot_switch_precision_and_says_why():
-    make_accelerator("fp32")  # this test process runs fp32 (the CPU default)
-    with pytest.raises(ValueError, match="already set up Accelerate with another precision"):
+def test_one_process_cannot_switch_training_precision_and_says_why():
+    make_accelerator("fp32")  # this test process trains in fp32 (the CPU default)
+    with pytest.raises(ValueError, match="already trained with another precision"):
         make_accelerator("bf16")
     assert make_accelerator("auto").mixed_precision == "no"
+
+
+def test_inference_precision_is_free_of_the_training_one():
+    """predict_proba needs no Accelerator: bf16 and fp32 inference in one process."""
+    make_accelerator("fp32")
+    torch.manual_seed(0)
+    model = BagOfEmbeddings()
+    ids = [[1, 2, 3], [4, 5], [6, 7, 8, 9]]
+    device, mixed = inference_device("bf16")
+    assert device.type == "cpu" and mixed == "bf16"
+    bf16 = predict_proba(model, ids, 2, 0, device, mixed)  # (3, 3)
+    fp32 = predict_proba(model, ids, 2, 0, *inference_device("auto"))
+    assert bf16.shape == fp32.shape == (3, 3)
+    assert np.allclose(bf16, fp32, atol=2e-2) and not np.array_equal(bf16, fp32)
 
 
 CPU_BF16_RUN = """

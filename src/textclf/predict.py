@@ -21,7 +21,7 @@ from textclf.corpus import decode
 from textclf.io import read_json, run_stage
 from textclf.modeling import load_classifier
 from textclf.tokens import tokenize_texts
-from textclf.training import make_accelerator, predict_proba
+from textclf.training import inference_device, predict_proba
 
 log = logging.getLogger("predict")
 PROB_PREFIX = "prob_"
@@ -52,8 +52,8 @@ class Predictor:
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
         self.model, self.labels = load_classifier(model_dir)
         self.batch_size = batch_size
-        self.accelerator = make_accelerator()
-        self.model.to(self.accelerator.device)
+        self.device, self.mixed = inference_device()
+        self.model.to(self.device)
 
     def predict_proba(self, texts: list[str]) -> np.ndarray:
         bad = [i for i, t in enumerate(texts) if not isinstance(t, str)]
@@ -63,8 +63,8 @@ class Predictor:
         if not texts:
             return np.zeros((0, len(self.labels)), dtype=np.float32)
         ids, _ = tokenize_texts(self.tokenizer, texts, self.max_length, self.truncation)
-        return predict_proba(self.model, ids, self.batch_size,
-                             int(self.tokenizer.pad_token_id or 0), self.accelerator)  # (N, C)
+        return predict_proba(self.model, ids, self.batch_size, int(self.tokenizer.pad_token_id or 0),
+                             self.device, self.mixed)  # (N, C)
 
     def predict(self, texts: list[str]) -> pd.DataFrame:
         return probability_frame(self.predict_proba(list(texts)), self.labels)

@@ -50,9 +50,20 @@ def make_accelerator(precision: str = "auto") -> Accelerator:
     try:
         return Accelerator(mixed_precision=mixed, dataloader_config=DataLoaderConfiguration(non_blocking=cuda))
     except ValueError as err:  # Accelerate keeps one precision per process
-        raise ValueError(f"precision={precision!r} asks for mixed_precision={mixed!r}, but this process "
-                         "already set up Accelerate with another precision: use the same precision "
-                         "for every step of one process, or a new process (each DVC stage is one).") from err
+        raise ValueError(f"train.precision={precision!r} asks for mixed_precision={mixed!r}, but this "
+                         "process already trained with another precision through Accelerate, which "
+                         "keeps one per process: train in a new process (each DVC stage is one).") from err
+
+
+def inference_device(precision: str = "auto") -> tuple[torch.device, str]:
+    """Device and autocast ("no" | "bf16") for predict_proba. Inference needs no Accelerator,
+    so evaluating or serving in float32 works in a process that trained in bf16 (the train
+    stage loads its logged model to check the input example)."""
+    cuda = torch.cuda.is_available()
+    mixed = precision_for(precision, cuda, cuda and torch.cuda.is_bf16_supported())
+    if cuda:
+        return torch.device("cuda"), mixed
+    return torch.device("mps" if torch.backends.mps.is_available() else "cpu"), mixed
 
 
 def lr_factor(total_steps: int, warmup_ratio: float, schedule: str) -> Callable[[int], float]:
@@ -70,9 +81,10 @@ def lr_factor(total_steps: int, warmup_ratio: float, schedule: str) -> Callable[
 
 @torch.inference_mode()
 def predict_proba(model: nn.Module, input_ids: list[list[int]], batch_size: int, pad_id: int,
-                  accelerator: Accelerator) -> np.ndarray:
-    """Class probabilities (N, C) in input order. Validation and evaluation both use
-    this one forward path, so the attention mask cannot be dropped at eval time."""
+                  device: torch.device, mixed: str = "no") -> np.ndarray:
+    """Class probabilities (N, C) in input order, with bf16 autocast when mixed == "bf16".
+    Validation and evaluation both use this one forward path, so the attention mask cannot
+    be dropped at eval time."""
     was_training = model.training
     model.eval()
     collate = Collator(pad_id)
@@ -80,9 +92,8 @@ def predict_proba(model: nn.Module, input_ids: list[list[int]], batch_size: int,
     out = [None] * len(input_ids)
     for idx in sorted_batches(lengths, batch_size):
         batch = collate([(input_ids[i], -1) for i in idx])
-        with accelerator.autocast():
-            logits = model(batch["input_ids"].to(accelerator.device),
-                           batch["attention_mask"].to(accelerator.device))  # (B, C)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=mixed == "bf16"):
+            logits = model(batch["input_ids"].to(device), batch["attention_mask"].to(device))  # (B, C)
         probs = torch.softmax(logits.float(), dim=-1).cpu().numpy()
         for row, i in enumerate(idx):
             out[i] = probs[row]
@@ -146,8 +157,8 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train: Split, val: S
         loss_sum, steps = train_steps(model, optimizer, scheduler, loader, cfg, accelerator,
                                       desc=f"epoch {epoch}/{cfg.epochs}")
         train_loss = accelerator.reduce(loss_sum, "mean").item() / steps
-        probs = predict_proba(accelerator.unwrap_model(model), val.input_ids,
-                              cfg.batch_size * 2, pad_id, accelerator)
+        probs = predict_proba(accelerator.unwrap_model(model), val.input_ids, cfg.batch_size * 2,
+                              pad_id, accelerator.device, accelerator.mixed_precision)
         scores = classification_scores(val.labels, probs.argmax(axis=1))
         row = {"epoch": epoch, "train_loss": train_loss,
                "val_accuracy": scores["accuracy"], "val_macro_f1": scores["macro_f1"]}
