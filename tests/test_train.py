@@ -144,7 +144,8 @@ def test_cpu_bf16_training_logs_a_model_and_evaluates(prepared):
                           text=True, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads((tmp / "model" / "params.json").read_text())["train"]["precision"] == "bf16"
-    run = MlflowClient().get_run(json.loads((tmp / "run.json").read_text())["run_id"])
+    run_file = json.loads((tmp / "run.json").read_text())
+    run = MlflowClient(tracking_uri=run_file["tracking_uri"]).get_run(run_file["run_id"])
     assert run.data.params["train.precision"] == "bf16"
     run_evaluate(p)
     metrics = json.loads((tmp / "m.json").read_text())
