@@ -52,7 +52,7 @@ class SplitParams:
                              "numbers that sum to 1.")
 
 
-# bf16 on a CPU is opt-in: 1.4x faster training on this machine's cores, but other numbers.
+# bf16 on a CPU is opt-in: 1.3-1.4x faster training on this machine's cores, but other numbers.
 PRECISIONS = ("auto", "fp32", "bf16")
 
 

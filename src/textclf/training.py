@@ -50,6 +50,8 @@ def make_accelerator(precision: str = "auto") -> Accelerator:
     try:
         return Accelerator(mixed_precision=mixed, dataloader_config=DataLoaderConfiguration(non_blocking=cuda))
     except ValueError as err:  # Accelerate keeps one precision per process
+        if "already been initialized" not in str(err):
+            raise
         raise ValueError(f"train.precision={precision!r} asks for mixed_precision={mixed!r}, but this "
                          "process already trained with another precision through Accelerate, which "
                          "keeps one per process: train in a new process (each DVC stage is one).") from err
