@@ -73,7 +73,7 @@ def ours_loader(spec: dict, train: Split, cfg: TrainParams, pad_id: int) -> Data
 
 def ours_accelerator(spec: dict) -> Accelerator:
     """The pipeline's choice (make_accelerator), or bf16 autocast on the CPU as a lever."""
-    return Accelerator(mixed_precision="bf16") if spec.get("lever") == "bf16" else make_accelerator()
+    return make_accelerator("bf16" if spec.get("lever") == "bf16" else "auto")
 
 
 def train_ours(spec: dict, model: torch.nn.Module, ids: list[list[int]], labels: list[int],
