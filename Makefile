@@ -18,7 +18,9 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# preflight: a FIFO in the corpus folder would make `dvc repro` hang (README, Known limits)
 repro: $(STAMP)
+	$(BIN)/python -m textclf.preflight
 	PATH="$(CURDIR)/$(BIN):$$PATH" dvc repro
 
 test: $(STAMP)

@@ -134,11 +134,13 @@ def venv_env() -> dict:
 
 
 @contextlib.contextmanager
-def server(cmd: list[str], cwd: Path, health_url: str, log: Path, seconds: float = 180):
+def server(cmd: list[str], cwd: Path, health_url: str, log: Path, seconds: float = 180,
+           env: dict | None = None):
     """Run a server until the block ends. Its output goes to `log`, never to a pipe: a full
     pipe would block the server, and reading a live server's pipe would block the test."""
     with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, cwd=cwd, env=venv_env(), stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, cwd=cwd, env={**venv_env(), **(env or {})}, stdout=out,
+                                stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + seconds
         while True:

@@ -142,3 +142,38 @@ def test_repo_params_yaml_loads():
     if not path.is_file():
         pytest.skip("no params.yaml at the repository root")
     assert isinstance(load_params(path)["ingest"], IngestParams)
+
+
+@pytest.mark.parametrize("section, key, value, bound", [
+    ("train", "lr_encoder", "-1", r"in \(0, 1\]"),
+    ("train", "lr_head", "0", r"in \(0, 1\]"),
+    ("train", "weight_decay", "-0.01", r"in \[0, 1\]"),
+    ("train", "warmup_ratio", "1.0", r"in \[0, 1\)"),
+    ("train", "max_grad_norm", "-1", ">= 0"),
+    ("train", "collapse_share", "0", r"in \(0, 1\]"),
+    ("train", "collapse_share", "1.5", r"in \(0, 1\]"),
+    ("train", "min_encoder_change", "-1e-4", ">= 0"),
+    ("train", "epochs", "0", ">= 1"),
+    ("train", "batch_size", "-8", ">= 1"),
+    ("train", "trainable_layers", "0", ">= 1"),
+    ("train", "checkpoint_every", "-1", ">= 0"),
+    ("train", "seed", "-1", r"in \[0, 4.29497e\+09\]"),
+    ("model", "dropout", "1.0", r"in \[0, 1\)"),
+    ("model", "dropout", "-0.1", r"in \[0, 1\)"),
+    ("ingest", "max_bytes", "0", ">= 1"),
+    ("ingest", "min_per_class", "0", ">= 1"),
+    ("baseline", "C", "0", "> 0"),
+    ("baseline", "ngram_max", "9", r"in \[1, 5\]"),
+    ("evaluate", "batch_size", "0", ">= 1"),
+])
+def test_numeric_params_have_ranges(tmp_path, section, key, value, bound):
+    """`-S train.lr_encoder=-1` once trained 6 epochs at chance and committed rc 0."""
+    path = params_file(tmp_path, f"{section}:\n  {key}: {value}\n")
+    with pytest.raises(ValueError, match=rf"{section}\.{key}=.* out of range: it must be {bound}"):
+        load_params(path)
+
+
+def test_textcnn_filters_range(tmp_path):
+    path = params_file(tmp_path, "model:\n  textcnn:\n    num_filters: 0\n")
+    with pytest.raises(ValueError, match=r"model\.textcnn\.num_filters=0 is out of range: it must be >= 1"):
+        load_params(path)

@@ -15,12 +15,13 @@ import mlflow
 import pandas as pd
 import pytest
 import torch
+import yaml
 from mlflow.tracking import MlflowClient
 from safetensors.torch import load_file
 
 from textclf.tracking import sweep_stale_runs
 
-from conftest import REPO, prepare, run_train, write_params
+from conftest import GIT_ENV, REPO, copy_repo, dvc, prepare, run_train, write_params
 
 TRAIN_ARGS = ["--tokens", "t.parquet", "--splits", "sp.parquet", "--guards", "guards.json",
               "--movement", "move.csv"]
@@ -201,3 +202,46 @@ def test_store_failing_after_training_keeps_outputs_and_rerun_does_not_retrain(w
     client, run = the_run(workdir, "storefail")
     assert run.info.status == "FINISHED"
     assert_epochs_logged_once(client, run.info.run_id)
+
+
+def running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux-only")
+def test_sigterm_to_dvc_stops_the_stage_and_dvc_repro_resumes(tmp_path):
+    """`kill -TERM <dvc pid>`: dvc exits 143 at once. The train stage used to run on as an
+    orphan and log a FINISHED run that dvc.lock never recorded; now it checkpoints, ends the
+    run KILLED and exits, and the next `dvc repro` resumes it."""
+    repo = copy_repo(tmp_path / "repo")
+    write_params(repo / "params.yaml", tokenize={"max_length": 64}, train={"epochs": 3})
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
+    env = {**env, **GIT_ENV}
+    with open(tmp_path / "dvc.log", "w") as out:
+        proc = subprocess.Popen(["dvc", "repro", "train"], cwd=repo, env=env, stdout=out,
+                                stderr=subprocess.STDOUT)
+    latest = repo / "models" / "checkpoint" / "latest.json"
+    deadline = time.monotonic() + 400
+    while not latest.is_file() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.terminate()
+    assert proc.wait(timeout=60) != 0, (tmp_path / "dvc.log").read_text()[-3000:]
+    client = MlflowClient(f"sqlite:///{repo / 'mlflow.db'}")
+    (run,) = client.search_runs([client.get_experiment_by_name("textclf").experiment_id])
+    pid = int(run.data.tags["textclf.pid"])
+    deadline = time.monotonic() + 120
+    while running(pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not running(pid), "the train stage outlived dvc"
+    assert client.get_run(run.info.run_id).info.status == "KILLED"
+    assert "train" not in (yaml.safe_load((repo / "dvc.lock").read_text())["stages"])
+
+    out = dvc(repo, "repro", "train")
+    assert "resuming from checkpoint" in out
+    assert client.get_run(run.info.run_id).info.status == "FINISHED"
+    assert "up to date" in dvc(repo, "status", "train")

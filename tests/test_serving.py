@@ -5,6 +5,7 @@ import json
 import shutil
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 
 import mlflow
@@ -75,6 +76,20 @@ def test_predict_cli_rejects_a_missing_file_and_a_non_model_folder(trained, tmp_
     assert bad.returncode == 1 and "not a model folder" in bad.stderr
 
 
+def test_predict_cli_refuses_empty_input(trained, tmp_path):
+    tmp, _ = trained
+    blank = tmp_path / "blank.txt"
+    blank.write_text(" \n\t\n", encoding="utf-8")
+    cli = [sys.executable, "-m", "textclf.predict", str(tmp / "model")]
+    bad = subprocess.run(cli + [str(blank)], capture_output=True, text=True)
+    assert bad.returncode == 1 and f"{blank} is empty or whitespace-only" in bad.stderr
+    assert bad.stdout == "" and "Traceback" not in bad.stderr
+    bad = subprocess.run(cli, input="\n  \n", capture_output=True, text=True)
+    assert bad.returncode == 1 and "stdin holds no text" in bad.stderr and bad.stdout == ""
+    with pytest.raises(ValueError, match=r"inputs \[0\] are empty"):
+        Predictor(tmp / "model").predict([""])
+
+
 def test_mlflow_models_predict_offline(trained, tmp_path):
     tmp, run = trained
     inp = tmp_path / "in.json"
@@ -89,16 +104,33 @@ def test_mlflow_models_predict_offline(trained, tmp_path):
     assert np.allclose(got["probability"], expected["probability"], atol=1e-5)
 
 
+def invoke(url: str, rows: list) -> tuple[int, dict]:
+    body = json.dumps({"dataframe_split": {"columns": ["text"], "data": [[t] for t in rows]}})
+    req = urllib.request.Request(f"{url}/invocations", data=body.encode(),
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
 def test_mlflow_models_serve_answers_rest(trained, tmp_path):
     tmp, run = trained
     url = f"http://127.0.0.1:{free_port()}"
     cmd = [sys.executable, "-m", "mlflow", "models", "serve", "-m", run["model_uri"], "-h", "127.0.0.1",
            "-p", url.rsplit(":", 1)[1], "--env-manager", "local"]
-    with server(cmd, tmp, f"{url}/ping", tmp_path / "serve.log"):
-        body = json.dumps({"dataframe_split": {"columns": ["text"], "data": [[t] for t in TEXTS]}})
-        req = urllib.request.Request(f"{url}/invocations", data=body.encode(),
-                                     headers={"Content-Type": "application/json"})
-        got = pd.DataFrame(json.loads(urllib.request.urlopen(req, timeout=60).read())["predictions"])
+    with server(cmd, tmp, f"{url}/ping", tmp_path / "serve.log", env={"TEXTCLF_SERVE_MAX_ROWS": "5"}):
+        status, answer = invoke(url, TEXTS)
+        assert status == 200
+        got = pd.DataFrame(answer["predictions"])
+        bad = {"empty": invoke(url, [TEXTS[0], "  "]), "not text": invoke(url, [7]),
+               "too many": invoke(url, TEXTS * 2)}
+    for name, (status, answer) in bad.items():  # a clear message, no stack trace or paths
+        assert status == 400 and "stack_trace" not in answer and str(REPO) not in answer["message"], name
+    assert "inputs [1] are empty or whitespace-only" in bad["empty"][1]["message"]
+    assert "are not strings" in bad["not text"][1]["message"]
+    assert "has 6 rows; the limit is 5" in bad["too many"][1]["message"]
     expected = Predictor(tmp / "model").predict(TEXTS)
     assert got["label"].tolist() == expected["label"].tolist()
     assert np.allclose(got["probability"], expected["probability"], atol=1e-5)

@@ -62,6 +62,10 @@ class Predictor:
                              f"{type(texts[bad[0]]).__name__}); pass one text per row.")
         if not texts:
             return np.zeros((0, len(self.labels)), dtype=np.float32)
+        empty = [i for i, t in enumerate(texts) if not t.strip()]
+        if empty:
+            raise ValueError(f"inputs {empty[:10]} are empty or whitespace-only; there is nothing "
+                             "to classify: send text, or drop those rows.")
         ids, _ = tokenize_texts(self.tokenizer, texts, self.max_length, self.truncation)
         return predict_proba(self.model, ids, self.batch_size, int(self.tokenizer.pad_token_id or 0),
                              self.device, self.mixed)  # (N, C)
@@ -76,6 +80,9 @@ def read_inputs(files: list[str]) -> tuple[list[str], list[str]]:
     if not files or files == ["-"]:
         lines = [line.strip() for line in sys.stdin.read().splitlines()]
         kept = [(f"stdin:{n}", line) for n, line in enumerate(lines, 1) if line]
+        if not kept:
+            raise ValueError("stdin holds no text (empty or whitespace-only); pipe one text "
+                             "per line, or pass text files.")
         return [s for s, _ in kept], [t for _, t in kept]
     texts = []
     for name in files:
@@ -85,6 +92,8 @@ def read_inputs(files: list[str]) -> tuple[list[str], list[str]]:
         text, how = decode(path.read_bytes())
         if text is None:
             raise ValueError(f"{name} is not text ({how}); pass plain text files.")
+        if not text.strip():
+            raise ValueError(f"{name} is empty or whitespace-only; there is nothing to classify.")
         texts.append(text)
     return list(files), texts
 

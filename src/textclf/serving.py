@@ -7,19 +7,48 @@ tokenizer + params.json) is an artifact, and this package ships with the model
 """
 
 import importlib.metadata
+import os
 from pathlib import Path
 
 import mlflow
 import pandas as pd
+from mlflow.exceptions import MlflowException
 from mlflow.models import infer_signature
+from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
 
 import textclf
 
 TEXT_COLUMN = "text"
+# Per request, so one huge request cannot hold the workers long after its client gave up
+# (the scoring server answers 504 after MLFLOW_SCORING_SERVER_REQUEST_TIMEOUT, 60 s).
+MAX_ROWS_ENV, MAX_CHARS_ENV = "TEXTCLF_SERVE_MAX_ROWS", "TEXTCLF_SERVE_MAX_CHARS"
+MAX_ROWS, MAX_CHARS = 1000, 5_000_000
 PACKAGE = Path(textclf.__file__).parent
 # What loading the model needs; the versions are the ones it was logged with.
 REQUIREMENTS = ("torch", "transformers", "accelerate", "safetensors", "pandas", "numpy",
                 "scikit-learn", "pyyaml", "mlflow")
+
+
+def _limit(env: str, default: int) -> int:
+    value = os.environ.get(env, "")
+    if not value:
+        return default
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"{env}={value!r} must be a positive integer (default {default}).")
+    return int(value)
+
+
+def check_request(texts: list) -> None:
+    """Refuse, before any work, a request over the row or character limits."""
+    rows, max_rows = len(texts), _limit(MAX_ROWS_ENV, MAX_ROWS)
+    if rows > max_rows:
+        raise ValueError(f"the request has {rows} rows; the limit is {max_rows} per request "
+                         f"({MAX_ROWS_ENV}): send smaller batches.")
+    chars = sum(len(t) for t in texts if isinstance(t, str))
+    max_chars = _limit(MAX_CHARS_ENV, MAX_CHARS)
+    if chars > max_chars:
+        raise ValueError(f"the request has {chars} characters of text; the limit is {max_chars} "
+                         f"per request ({MAX_CHARS_ENV}): send smaller batches.")
 
 
 def texts_of(model_input) -> list[str]:
@@ -40,7 +69,14 @@ class TextClassifier(mlflow.pyfunc.PythonModel):
 
     def predict(self, context, model_input: pd.DataFrame, params=None) -> pd.DataFrame:
         # the DataFrame hint: a `text` column, validated against the logged signature
-        return self.predictor.predict(texts_of(model_input))
+        try:
+            texts = texts_of(model_input)
+            check_request(texts)
+            return self.predictor.predict(texts)
+        except ValueError as err:
+            # an MlflowException: the server answers 400 with this message, and no stack
+            # trace with the server's file paths
+            raise MlflowException(str(err), error_code=INVALID_PARAMETER_VALUE) from None
 
 
 def pinned_requirements() -> list[str]:

@@ -56,13 +56,17 @@ def check_store(uri: str, timeout: float = 5.0) -> None:
             reason = getattr(err, "reason", err)
             raise ValueError(f"MLflow tracking server {uri} is unreachable ({reason}): "
                              f"{_fix(uri)}.") from None
+    quiet = logging.getLogger("mlflow.store.db.utils")  # it logs the whole traceback first
+    level, quiet.level = quiet.level, logging.CRITICAL
     try:
         exp_id = use_experiment(uri)  # a read and, on first use, a write
         MlflowClient(uri).set_experiment_tag(exp_id, "textclf.checked", str(int(time.time())))
     except Exception as err:  # any store failure becomes the one line below
         lines = str(getattr(err, "message", "") or err).strip().splitlines() or [type(err).__name__]
-        raise ValueError(f"MLflow tracking store {uri} cannot be written ({lines[-1][:300]}): "
+        raise ValueError(f"MLflow tracking store {uri} cannot be written ({lines[0][:300]}): "
                          f"{_fix(uri)}.") from None
+    finally:
+        quiet.setLevel(level)
     _check_artifact_root(exp_id)
 
 

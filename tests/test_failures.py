@@ -1,0 +1,111 @@
+"""Bad input and broken stores end a stage in one clear line, before any work, and never
+rewrite what MLflow recorded. Real stage processes (to see exactly what a user sees), a
+real SQLite store; the encoder is conftest's tiny RANDOM BERT (wiring, not accuracy)."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from stages import baseline, evaluate
+from textclf import preflight
+
+from conftest import REPO, free_port, run_train, write_params
+
+
+def stage(tmp, module: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=tmp, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})})
+
+
+def one_error_line(proc: subprocess.CompletedProcess) -> str:
+    """The stage failed with exit 1 and exactly one ERROR line, no traceback -> that line."""
+    errors = [line for line in proc.stderr.splitlines() if " ERROR " in line]
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert len(errors) == 1, proc.stderr[-3000:]
+    return errors[0]
+
+
+TRAIN = ["stages.train", "--tokens", "t.parquet", "--splits", "sp.parquet", "--model-dir", "m",
+         "--curve", "curve.csv", "--guards", "g.json", "--movement", "mv.csv", "--run-file", "run.json"]
+
+
+def test_read_only_store_fails_before_training(prepared):
+    tmp, _ = prepared
+    MlflowClient(f"sqlite:///{tmp / 'ro.db'}").search_experiments()  # a valid, empty store
+    uri = f"sqlite:///file:{tmp / 'ro.db'}?mode=ro&uri=true"  # as a read-only file, even for root
+    line = one_error_line(stage(tmp, *TRAIN, env={"MLFLOW_TRACKING_URI": uri}))
+    assert f"MLflow tracking store {uri} cannot be written" in line and "readonly database" in line
+    assert not (tmp / "curve.csv").exists()  # nothing trained
+
+
+def test_dead_tracking_server_fails_fast_naming_the_uri(prepared):
+    tmp, _ = prepared
+    uri = f"http://127.0.0.1:{free_port()}"
+    started = time.monotonic()
+    line = one_error_line(stage(tmp, *TRAIN, env={"MLFLOW_TRACKING_URI": uri}))
+    assert f"MLflow tracking server {uri} is unreachable" in line and "Connection refused" in line
+    assert time.monotonic() - started < 60  # MLflow's own client would retry for minutes
+    assert not (tmp / "curve.csv").exists()
+
+
+def test_unknown_model_name_is_one_line_saying_what_was_tried(prepared):
+    tmp, p = prepared
+    write_params(tmp / "params.yaml", model={"name": "no-such-model"})
+    proc = stage(tmp, "stages.tokenize", *p, "--corpus", "c.parquet", "--tokens", "t2.parquet",
+                 "--stats", "s2.json", "--histogram", "h2.csv")
+    line = one_error_line(proc)
+    assert "model.name='no-such-model' could not be loaded" in line
+    assert "local folder" in line and "installed model package" in line and "HF_HUB_OFFLINE" in line
+
+
+def test_unwritable_output_is_one_line_naming_the_path(prepared):
+    tmp, p = prepared
+    (tmp / "blocker").write_text("a file where a folder should be")
+    proc = stage(tmp, "stages.split", *p, "--corpus", "c.parquet", "--splits", "blocker/sp.parquet",
+                 "--counts", "n2.json")
+    line = one_error_line(proc)
+    assert "cannot use" in line and "blocker" in line
+
+
+def test_evaluate_never_reopens_or_fails_the_training_run(prepared):
+    """Evaluate logs into the finished run; a failing evaluate (an artifact it cannot write)
+    leaves the run FINISHED with the end time training gave it."""
+    tmp, p = prepared
+    run_train(p)
+    baseline.main(p + ["--corpus", "c.parquet", "--splits", "sp.parquet", "--out", "b.json"])
+    run_id = json.loads((tmp / "run.json").read_text())["run_id"]
+    client = MlflowClient(f"sqlite:///{tmp / 'mlflow.db'}")
+    trained = client.get_run(run_id).info
+
+    def evaluate_once():
+        evaluate.main(p + ["--tokens", "t.parquet", "--splits", "sp.parquet", "--model-dir", "model",
+                           "--run-file", "run.json", "--guards", "guards.json", "--baseline", "b.json",
+                           "--metrics", "metrics.json", "--confusion", "conf.csv",
+                           "--per-class", "pc.csv", "--predictions", "pred.parquet"])
+
+    evaluate_once()
+    time.sleep(1.1)
+    evaluate_once()
+    info = client.get_run(run_id)
+    assert "test_accuracy" in info.data.metrics
+    assert (info.info.status, info.info.end_time) == ("FINISHED", trained.end_time)
+
+    artifacts = client.get_run(run_id).info.artifact_uri.removeprefix("file://")
+    os.remove(f"{artifacts}/metrics.json")
+    os.makedirs(f"{artifacts}/metrics.json")  # a folder where evaluate copies its file
+    with pytest.raises(OSError):
+        evaluate_once()
+    info = client.get_run(run_id).info
+    assert (info.status, info.end_time) == ("FINISHED", trained.end_time)
+
+
+def test_preflight_names_a_fifo_that_would_hang_dvc(tmp_path, sample_corpus):
+    params = write_params(tmp_path / "params.yaml", ingest={"source": str(sample_corpus)})
+    preflight.main(["--params", str(params)])  # a clean corpus passes
+    os.mkfifo(sample_corpus / "tech" / "pipe.txt")
+    with pytest.raises(ValueError, match=r"holds 1 FIFO, socket or device file\(s\): .*tech/pipe\.txt"):
+        preflight.main(["--params", str(params)])
