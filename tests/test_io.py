@@ -1,0 +1,67 @@
+"""The stage entry point: signals stop at a safe point, errors are one line; atomic writes."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from textclf.io import atomic_path, read_json, write_json
+
+from conftest import REPO
+
+# A stand-in for a training loop: "steps" inside deferred_interrupts, a safe point after each.
+LOOP = """
+import logging, sys, time
+from textclf.io import deferred_interrupts, raise_if_interrupted, run_stage, setup_logging
+
+def main():
+    setup_logging()
+    with deferred_interrupts():
+        for step in range(1, 200):
+            print("step", step, "start", flush=True)
+            time.sleep(float(sys.argv[1]))
+            print("step", step, "done", flush=True)
+            raise_if_interrupted()
+
+run_stage(main)
+"""
+
+
+def loop(step_seconds: float) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-c", LOOP, str(step_seconds)], text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+    assert proc.stdout.readline().strip() == "step 1 start"
+    return proc
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_stops_at_the_next_safe_point(sig):
+    proc = loop(0.5)
+    proc.send_signal(sig)  # mid-step: the step still finishes
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 128 + sig
+    assert out.splitlines()[-1] == "step 1 done"
+    assert f"interrupted by {signal.Signals(sig).name}" in err and "Traceback" not in err
+
+
+def test_a_second_signal_stops_at_once():
+    proc = loop(5)
+    proc.send_signal(signal.SIGTERM)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 128 + signal.SIGTERM and "step 1 done" not in out
+    assert "stopping at the next safe point" in err
+
+
+def test_atomic_write_leaves_the_old_file_when_writing_fails(tmp_path):
+    path = tmp_path / "state.json"
+    write_json(path, {"epoch": 1})
+    with pytest.raises(RuntimeError):
+        with atomic_path(path) as tmp:
+            tmp.write_text('{"epoch": 2, "half')
+            raise RuntimeError("killed mid-write")
+    assert read_json(path) == {"epoch": 1} and os.listdir(tmp_path) == ["state.json"]
