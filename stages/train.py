@@ -16,6 +16,7 @@ import dataclasses
 import logging
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import mlflow
@@ -28,10 +29,11 @@ from textclf.batching import Collator, read_token_splits
 from textclf.checkpoint import Checkpointer, Progress, training_key
 from textclf.config import flatten, load_params
 from textclf.io import deferred_interrupts, run_stage, setup_logging, stage_parser, write_csv, write_json
+from textclf.launch import forbid_tracking, is_worker, launch, rank
 from textclf.modeling import build_model, encoder_param_names, load_tokenizer, save_model
 from textclf.policy import apply_policy, describe_groups, find_unused, make_optimizer, param_groups
 from textclf.serving import log_pyfunc
-from textclf.tracking import (check_store, lineage_tags, process_tags, run_exists, sweep_stale_runs,
+from textclf.tracking import (check_store, fail_launched_runs, lineage_tags, process_tags, run_exists, sweep_stale_runs,
                               tracking_uri, use_experiment)
 from textclf.training import fit, make_accelerator
 
@@ -40,17 +42,25 @@ LOGGED_SECTIONS = ("ingest", "tokenize", "split", "model", "train")
 CURVE_FIELDS = ["epoch", "train_loss", "val_accuracy", "val_macro_f1", "top_share", "pred_entropy"]
 
 
+class NoTracking:
+    """What ranks other than 0 use instead of mlflow: every call does nothing."""
+
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: None
+
+
 class GuardBook:
     """Guard results, kept for reports/guards.json and set as MLflow tags `guard.<name>`;
     written out even when a guard fails the stage. `results` may come from a checkpoint."""
 
-    def __init__(self, path: str, results: dict | None = None):
-        self.path, self.results = path, dict(results or {})
+    def __init__(self, path: str, tracker, results: dict | None = None):
+        self.path, self.tracker, self.results = path, tracker, dict(results or {})
 
     def record(self, name: str, status: str, message: str, **extra) -> None:
         self.results[name] = {"status": status, "message": message, **extra}
-        mlflow.set_tag(f"guard.{name}", status)
-        write_json(self.path, self.results)
+        if self.tracker is mlflow:  # rank 0 writes for every rank
+            mlflow.set_tag(f"guard.{name}", status)
+            write_json(self.path, self.results)
 
     def check(self, name: str, fn, *args):
         try:
@@ -106,7 +116,7 @@ def prepare(params, splits, labels, pad_id, book: GuardBook):
     for g in described:
         log.info("param group %s: %d tensors, %d parameters, lr %g, weight decay %g",
                  g["group"], g["tensors"], g["parameters"], g["lr"], g["weight_decay"])
-    mlflow.log_dict({"groups": described, "frozen": frozen}, "param_groups.json")
+    book.tracker.log_dict({"groups": described, "frozen": frozen}, "param_groups.json")
     optimizer = make_optimizer(groups, cfg, fused=torch.cuda.is_available())
     book.check("optimizer_coverage", guards.optimizer_coverage, model, optimizer, frozen)
     book.check("lr_sanity", guards.lr_sanity, cfg.encoder, cfg.lr_encoder)
@@ -123,7 +133,7 @@ def checkpoint_key(params: dict, args) -> str:
     """What shapes training: model and train params (not the checkpoint settings), and the
     bytes of the tokens and splits."""
     train = {k: v for k, v in dataclasses.asdict(params["train"]).items()
-             if k not in ("checkpoint_every", "keep_checkpoint")}
+             if k not in ("checkpoint_every", "keep_checkpoint")}  # processes stays: RNG files per rank
     return training_key({"model": dataclasses.asdict(params["model"]), "train": train},
                         {"tokens": args.tokens, "splits": args.splits})
 
@@ -142,17 +152,19 @@ def open_run(exp_id: str, resume: Progress | None):
 def train_and_save(args, params, splits, labels, tokenizer, accelerator, ckpt: Checkpointer,
                    resume: Progress | None, reopened: bool) -> None:
     cfg, run = params["train"], mlflow.active_run()
+    tracker = mlflow if accelerator.is_main_process else NoTracking()
     logged = {s: params[s] for s in LOGGED_SECTIONS}
     if not reopened:
-        mlflow.log_params(flatten(logged))
-    mlflow.set_tags({**lineage_tags({"tokens": args.tokens, "splits": args.splits}), **process_tags()})
+        tracker.log_params(flatten(logged))
+    tracker.set_tags({**lineage_tags({"tokens": args.tokens, "splits": args.splits}), **process_tags()})
     extra = resume.extra if resume else {}
-    book = GuardBook(args.guards, extra.get("guards"))
+    book = GuardBook(args.guards, tracker, extra.get("guards"))
     epochs = EpochLogger(args.curve, splits["validation"].labels, labels, cfg, book, extra.get("rows"))
     if resume and not reopened:  # a new run: give it the epochs trained before the interruption
         for row in epochs.rows:
-            mlflow.log_metrics({k: v for k, v in row.items() if k != "epoch"}, step=row["epoch"])
-    ckpt.extra_state = lambda: {"run_id": run.info.run_id, "rows": epochs.rows, "guards": book.results}
+            tracker.log_metrics({k: v for k, v in row.items() if k != "epoch"}, step=row["epoch"])
+    ckpt.extra_state = lambda: {"run_id": run and run.info.run_id, "rows": epochs.rows,
+                                "guards": book.results}
     model, optimizer, encoder = prepare(params, splits, labels, tokenizer.pad_token_id, book)
     before = guards.snapshot(model)  # the seeded initial weights, rebuilt the same on resume
     with deferred_interrupts():  # SIGINT/SIGTERM: checkpoint at the next step, then stop
@@ -180,6 +192,17 @@ def save_model_atomic(model, folder: Path, tokenizer, params: dict) -> None:
     os.replace(tmp, folder)
 
 
+def launch_processes(cfg, argv: list[str]) -> None:
+    """train.processes > 1: rerun this stage under torchrun, then check how it ended."""
+    uri = tracking_uri()
+    check_store(uri)  # fail here, once, before starting N processes
+    rc, launch_id = launch("stages.train", argv, cfg.processes)
+    if rc != 0:
+        fail_launched_runs(use_experiment(uri), launch_id)
+        raise ValueError(f"training on train.processes={cfg.processes} processes failed (torchrun "
+                         f"exit {rc}); the failing rank's error is logged above.")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = stage_parser(__doc__)
     parser.add_argument("--tokens", required=True)
@@ -195,15 +218,24 @@ def main(argv: list[str] | None = None) -> None:
     setup_logging()
     params = load_params(args.params)
     cfg = params["train"]
-    uri = tracking_uri()
-    check_store(uri)  # one clear line, before any training
-    sweep_stale_runs(use_experiment(uri))
+    if cfg.processes > 1 and not is_worker():
+        return launch_processes(cfg, sys.argv[1:] if argv is None else argv)
+    main_rank = rank() == 0
+    if main_rank:
+        uri = tracking_uri()
+        check_store(uri)  # one clear line, before any training
+        sweep_stale_runs(use_experiment(uri))
+    else:
+        forbid_tracking()
     splits, labels = read_token_splits(args.tokens, args.splits)
     tokenizer = load_tokenizer(params["model"].name)
-    ckpt = Checkpointer(args.checkpoint_dir, checkpoint_key(params, args), cfg.checkpoint_every)
+    ckpt = Checkpointer(args.checkpoint_dir, checkpoint_key(params, args), cfg.checkpoint_every,
+                        main=main_rank)
     resume = ckpt.find()
     set_seed(cfg.seed)  # before the head is initialised
     accelerator = make_accelerator(cfg.precision)
+    if not main_rank:
+        return train_and_save(args, params, splits, labels, tokenizer, accelerator, ckpt, resume, False)
     run, reopened = open_run(use_experiment(uri), resume)
     log.info("MLflow run %s on %s%s", run.info.run_id, accelerator.device,
              " (resumed)" if reopened else "")

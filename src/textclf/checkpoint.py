@@ -18,9 +18,12 @@ import json
 import logging
 import os
 import shutil
+import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
+
+import torch
 
 from textclf.io import interrupt_pending, raise_if_interrupted, read_json, write_json
 
@@ -52,8 +55,9 @@ class Checkpointer:
     the first safe point after SIGINT/SIGTERM (then raises Interrupted)."""
 
     def __init__(self, folder: str | Path, key: str, every: int = 0,
-                 extra_state: Callable[[], dict] = dict):
+                 extra_state: Callable[[], dict] = dict, main: bool = True):
         self.folder, self.key, self.every, self.extra_state = Path(folder), key, every, extra_state
+        self.main = main  # only the main process deletes (every rank reads)
         self.resume: Progress | None = None
 
     def find(self) -> Progress | None:
@@ -104,13 +108,27 @@ class Checkpointer:
 
     def after_step(self, accelerator, epoch: int, step: int, loss_sum) -> None:
         """Called by the loop after optimizer step `step` of `epoch` (1-based)."""
-        if (self.every and step % self.every == 0) or interrupt_pending():
+        stop = _agreed(accelerator, interrupt_pending())
+        if (self.every and step % self.every == 0) or stop:
             self.save(accelerator, Progress(epoch - 1, step, float(loss_sum), self.extra_state()))
-        raise_if_interrupted()
+        if stop:
+            raise_if_interrupted(signal.SIGTERM)
 
     def after_epoch(self, accelerator, epoch: int) -> None:
+        stop = _agreed(accelerator, interrupt_pending())
         self.save(accelerator, Progress(epoch, 0, 0.0, self.extra_state()))
-        raise_if_interrupted()
+        if stop:
+            raise_if_interrupted(signal.SIGTERM)
 
     def clear(self) -> None:
-        shutil.rmtree(self.folder, ignore_errors=True)
+        if self.main:
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _agreed(accelerator, stop: bool) -> bool:
+    """Whether any rank was signalled: all ranks must save and stop at the same step, or
+    one would wait forever in the next collective. One process needs no collective."""
+    if accelerator.num_processes == 1:
+        return stop
+    flag = torch.tensor([float(stop)], device=accelerator.device)
+    return bool(accelerator.reduce(flag, "sum").item() > 0)

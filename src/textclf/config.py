@@ -141,12 +141,17 @@ class TrainParams:
     seed: int = ranged(42, 0, 2**32 - 1)
     checkpoint_every: int = ranged(0, 0)  # also save a checkpoint every N optimizer steps (0: per epoch only)
     keep_checkpoint: bool = False  # keep models/checkpoint after a successful training
+    processes: int = ranged(1, 1, 64)  # >1: the stage reruns itself under torchrun (README, Team setup)
 
     def __post_init__(self):
         _choice("train.precision", self.precision, PRECISIONS)
         _choice("train.encoder", self.encoder, ("finetune", "freeze", "last_k"))
         _choice("train.optimizer", self.optimizer, ("adamw", "adam"))
         _choice("train.scheduler", self.scheduler, ("linear", "constant"))
+        if self.batch_size % self.processes:
+            raise ValueError(f"params.yaml: train.batch_size={self.batch_size} is the global batch, "
+                             f"split evenly over train.processes={self.processes}: make it a "
+                             "multiple of train.processes.")
 
 
 @dataclass(frozen=True)

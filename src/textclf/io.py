@@ -101,10 +101,12 @@ def interrupt_pending() -> bool:
     return _signals["pending"] is not None
 
 
-def raise_if_interrupted() -> None:
+def raise_if_interrupted(default: int | None = None) -> None:
+    """Raise the pending signal as Interrupted; or `default` when none is pending here
+    (another rank of a multi-process run was signalled)."""
     signum, _signals["pending"] = _signals["pending"], None
-    if signum is not None:
-        raise Interrupted(signum)
+    if signum is not None or default is not None:
+        raise Interrupted(signum if signum is not None else default)
 
 
 def exit_with_parent() -> None:

@@ -106,8 +106,12 @@ def _process_start(pid: int) -> str:
 
 
 def process_tags() -> dict[str, str]:
+    """Host and pid (for the stale-run sweep), and the multi-process launch it belongs to."""
     pid = os.getpid()
-    return {HOST_TAG: socket.gethostname(), PID_TAG: str(pid), START_TAG: _process_start(pid)}
+    tags = {HOST_TAG: socket.gethostname(), PID_TAG: str(pid), START_TAG: _process_start(pid)}
+    if os.environ.get("TEXTCLF_LAUNCH_ID"):
+        tags["textclf.launch_id"] = os.environ["TEXTCLF_LAUNCH_ID"]
+    return tags
 
 
 def _alive(pid: int, start: str) -> bool:
@@ -136,6 +140,16 @@ def sweep_stale_runs(exp_id: str) -> list[str]:
                     run.info.run_id, tags[PID_TAG], host)
         swept.append(run.info.run_id)
     return swept
+
+
+def fail_launched_runs(exp_id: str, launch_id: str) -> None:
+    """After a failed multi-process launch: the run its rank 0 opened ends FAILED, even if
+    rank 0 was stopped by torchrun's SIGTERM (KILLED) or SIGKILL (RUNNING)."""
+    client = MlflowClient()
+    for run in client.search_runs([exp_id], f"tags.`textclf.launch_id` = '{launch_id}'"):
+        if run.info.status != "FINISHED":
+            client.set_terminated(run.info.run_id, "FAILED")
+            log.warning("marked run %s FAILED: a rank of its training failed", run.info.run_id)
 
 
 def run_exists(run_id: str) -> bool:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from typing import Callable
 
 import numpy as np
@@ -55,7 +56,13 @@ def make_accelerator(precision: str = "auto") -> Accelerator:
     cuda = torch.cuda.is_available()
     mixed = mixed_precision_here(precision)
     try:
-        return Accelerator(mixed_precision=mixed, dataloader_config=DataLoaderConfiguration(non_blocking=cuda))
+        # split_batches: each batch the sampler yields is the global batch (train.batch_size),
+        # split evenly over the processes, so N processes take the steps one process takes
+        config = DataLoaderConfiguration(non_blocking=cuda, split_batches=True)
+        # Accelerate runs several CPU processes (gloo) only when told cpu=True; without it,
+        # each torchrun worker would train alone on all the data
+        several_cpus = not cuda and int(os.environ.get("WORLD_SIZE", "1")) > 1
+        return Accelerator(mixed_precision=mixed, dataloader_config=config, cpu=several_cpus)
     except ValueError as err:  # Accelerate keeps one precision per process
         if "already been initialized" not in str(err):
             raise
@@ -169,11 +176,13 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train: Split, val: S
     row = {'epoch', 'train_loss', 'val_accuracy', 'val_macro_f1'}. A checkpointer
     (textclf.checkpoint) restores a found checkpoint and saves new ones."""
     loader = make_train_loader(train, cfg, pad_id)
+    sampler = loader.batch_sampler  # Accelerate's set_epoch does not reach it once it is sharded
     scheduler = make_scheduler(optimizer, cfg.epochs * len(loader), cfg)
     model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, loader, scheduler)
     start = checkpointer.restore(accelerator) if checkpointer else Progress()
     for epoch in range(start.epoch + 1, cfg.epochs + 1):
         loader.set_epoch(epoch)
+        sampler.set_epoch(epoch)
         first, loss_start = (start.step, start.loss_sum) if epoch == start.epoch + 1 else (0, 0.0)
         on_step = None if checkpointer is None else (
             lambda step, loss, epoch=epoch: checkpointer.after_step(accelerator, epoch, step, loss))
