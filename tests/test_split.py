@@ -8,8 +8,10 @@ FRACTIONS = {"train": 0.6, "validation": 0.2, "test": 0.2}
 
 
 def corpus(sizes: dict[str, int]) -> pd.DataFrame:
+    """No near-duplicates: every document is its own group, as ingest writes it."""
     rows = [(f"{label}-{i:03d}", label, f"hash-{label}-{i}") for label, n in sizes.items() for i in range(n)]
-    return pd.DataFrame(rows, columns=["doc_id", "label", "content_hash"])
+    frame = pd.DataFrame(rows, columns=["doc_id", "label", "content_hash"])
+    return frame.assign(group=frame["doc_id"])
 
 
 def test_allocate_sums_and_rounds():
