@@ -142,3 +142,26 @@ def test_repo_params_yaml_loads():
     if not path.is_file():
         pytest.skip("no params.yaml at the repository root")
     assert isinstance(load_params(path)["ingest"], IngestParams)
+
+
+@pytest.mark.parametrize("key, value, valid", [
+    ("threshold", "0.3", r"0\.5\.\.1\.0"),
+    ("threshold", "1.5", r"0\.5\.\.1\.0"),
+    ("num_perm", "8", r"16\.\.1024"),
+    ("shingle_size", "0", r"1\.\.16"),
+    ("conflicts", "merge", r"\['drop', 'keep'\]"),
+])
+def test_near_duplicate_params_out_of_range_name_key_value_and_range(tmp_path, key, value, valid):
+    path = params_file(tmp_path, f"ingest:\n  near_duplicates:\n    {key}: {value}\n")
+    with pytest.raises(ValueError, match=rf"ingest\.near_duplicates\.{key}='?{value}'?.*{valid}"):
+        load_params(path)
+
+
+def test_near_duplicate_params_typo_and_type_fail_loudly(tmp_path):
+    with pytest.raises(ValueError, match=r"unknown key ingest\.near_duplicates\.treshold.*'threshold'"):
+        load_params(params_file(tmp_path, "ingest:\n  near_duplicates:\n    treshold: 0.6\n"))
+    with pytest.raises(ValueError, match=r"ingest\.near_duplicates\.enabled='yes' must be true or false"):
+        load_params(params_file(tmp_path, "ingest:\n  near_duplicates:\n    enabled: 'yes'\n"))
+    params = load_params(params_file(tmp_path, "ingest:\n  near_duplicates:\n    threshold: 1\n"))
+    assert params["ingest"].near_duplicates.threshold == 1.0
+    assert params["ingest"].near_duplicates.num_perm == 128  # the rest keep their defaults
