@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 # below a pair at the threshold is missed with probability <= MAX_MISS whatever the seed.
 MINHASH_SEED = 20240917
 MAX_MISS = 1e-3
-BATCH = 2048  # documents shingled at a time: bounds the memory the shingle strings take
+BATCH = 256  # texts shingled at a time: their shingle strings are the transient memory peak
 
 
 @dataclass(frozen=True)
