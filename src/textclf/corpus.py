@@ -158,9 +158,9 @@ def _group_near_duplicates(kept: list[Doc], cfg: NearDuplicateParams, skipped: C
     dropped = {i for m in mixed for i in m} if cfg.conflicts == "drop" else set()
     if dropped:
         skipped["near_duplicate_conflict"] += len(dropped)
-    log.info("near-duplicates: %d groups hold %d documents (%d mixed-label, %s); %.1f s",
-             len(members), section["documents_in_groups"], len(mixed),
-             "dropped" if dropped else "kept", time.perf_counter() - started)
+    log.info("near-duplicates: %d groups hold %d documents; %d mixed-label (conflicts: %s); %.1f s",
+             len(members), section["documents_in_groups"], len(mixed), cfg.conflicts,
+             time.perf_counter() - started)
     keep = [i for i in range(len(kept)) if i not in dropped]
     return [kept[i] for i in keep], [doc_id(kept[found.group_of[i]].path) for i in keep]
 
