@@ -86,8 +86,10 @@ def main(argv: list[str] | None = None) -> None:
     frame = pd.DataFrame(rows)
     shown = [{**r, "accuracy": f"{r['accuracy']:.4f}", "macro-F1": f"{r['macro-F1']:.4f}"} for r in rows]
     print(f"\ncode: {code}\n\n" + table(shown, list(rows[0])))
-    for metric in ("accuracy", "macro-F1"):
-        print(f"{metric}: mean {frame[metric].mean():.4f} ± sd {frame[metric].std():.4f} over {len(frame)} seeds")
+    if len(frame) > 1:
+        for metric in ("accuracy", "macro-F1"):
+            print(f"{metric}: mean {frame[metric].mean():.4f} ± sd {frame[metric].std():.4f} "
+                  f"over {len(frame)} seeds")
 
 
 if __name__ == "__main__":
