@@ -200,3 +200,23 @@ def test_ingest_report_lists_groups_and_pairs(tmp_path):
     frame = pd.read_parquet(tmp_path / "c.parquet")
     by_path = frame.set_index("source_path")
     assert by_path.loc["a/2.txt", "group"] == by_path.loc["a/1.txt", "doc_id"]  # the first one's id
+
+
+@pytest.mark.parametrize("script", ["ingest_scale.py", "baseline_seeds.py", "minhash_libraries.py"])
+def test_benchmark_scripts_compile(script):
+    """The benchmarks never run here, so at least their scripts must parse."""
+    path = REPO / "benchmarks" / script
+    compile(path.read_text(), str(path), "exec")
+
+
+def test_ingest_scale_family_check_catches_a_split_family(monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    from ingest_scale import family_check
+    bbc_groups = pd.Series({"a/1.txt": "g1", "a/2.txt": "g1", "a/3.txt": "g3"})
+    paths = [f"a/{n}_v{k:02d}.txt" for n in (1, 2, 3) for k in (1, 2)]
+    good = pd.DataFrame({"source_path": paths, "group": ["x"] * 4 + ["y"] * 2})
+    assert family_check(good, bbc_groups) == (0, True)
+    split = good.assign(group=["x", "z"] + ["x"] * 2 + ["y"] * 2)  # family a/1 in two groups
+    assert family_check(split, bbc_groups) == (1, False)
+    merged = good.assign(group=["x"] * 6)  # a/3 joined to a family it is not near
+    assert family_check(merged, bbc_groups) == (0, False)
