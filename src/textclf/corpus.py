@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from textclf.config import NearDuplicateParams
-from textclf.near_dups import find_groups
+from textclf.near_dups import NearDuplicates, find_groups
 from textclf.sources import HIDDEN, UNSAFE_MEMBER, Entry, is_hidden, open_source
 
 log = logging.getLogger(__name__)
@@ -122,10 +122,11 @@ def _dedupe(docs: list[Doc], skipped: Counter, report: dict) -> list[Doc]:
 
 
 def doc_id(path: str) -> str:
+    """Stable across runs and machines: derived from the path below the source root only."""
     return hashlib.sha1(path.encode()).hexdigest()[:16]
 
 
-def _near_duplicate_summary(kept: list[Doc], found, members: list[list[int]]) -> dict:
+def _near_duplicate_summary(kept: list[Doc], found: NearDuplicates, members: list[list[int]]) -> dict:
     sizes = Counter(len(m) for m in members)
     top = sorted(found.pairs, key=lambda p: (-p[2], kept[p[0]].path, kept[p[1]].path))[:TOP_PAIRS]
     return {"candidate_pairs": found.candidates, "checked_pairs": found.checked,
