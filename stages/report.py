@@ -42,17 +42,16 @@ def near_duplicates_section(nd: dict) -> list:
     if not nd["enabled"]:
         return [Para("Near-duplicate detection is off (`ingest.near_duplicates.enabled`): the "
                      "split only keeps exact duplicates apart.")]
-    sizes = ", ".join(f"{count} of {size}" for size, count in nd["group_sizes"].items()) or "none"
+    found = f"Near-duplicates (word {nd['shingle_size']}-shingles, Jaccard ≥ {nd['threshold']}): "
+    if not nd["groups"]:
+        return [Para(found + "none.")]
+    sizes = ", ".join(f"{count} of {size}" for size, count in nd["group_sizes"].items())
     mixed = nd["mixed_label_groups"]
-    blocks = [Para(f"Near-duplicates (word {nd['shingle_size']}-shingles, Jaccard ≥ "
-                   f"{nd['threshold']}): **{nd['groups']} groups holding "
-                   f"{nd['documents_in_groups']} documents** (groups of each size: {sizes}); each "
-                   f"group sits in one split. Mixed-label groups: {len(mixed)}"
-                   + (f", {mixed[0]['action']}." if mixed else "."))]
-    if nd["top_pairs"]:
-        blocks.append(Table(["document", "near-duplicate", "Jaccard"],
-                            [[p["a"], p["b"], f"{p['jaccard']:.4f}"] for p in nd["top_pairs"]]))
-    return blocks
+    return [Para(found + f"**{nd['groups']} groups holding {nd['documents_in_groups']} documents** "
+                 f"(groups of each size: {sizes}); each group sits in one split. Mixed-label "
+                 f"groups: {len(mixed)}" + (f", {mixed[0]['action']}." if mixed else ".")),
+            Table(["document", "near-duplicate", "Jaccard"],
+                  [[p["a"], p["b"], f"{p['jaccard']:.4f}"] for p in nd["top_pairs"]])]
 
 
 def data_section(ingest: dict, tokens: dict, counts: dict, histogram: pd.DataFrame) -> list:

@@ -83,5 +83,6 @@ def test_data_section_shows_near_duplicate_groups_and_pairs():
     md = to_markdown(data_section(ingest, tokens, counts, histogram))
     assert "**2 groups holding 5 documents** (groups of each size: 1 of 2, 1 of 3)" in md
     assert "| tech/153.txt | tech/185.txt | 0.9982 |" in md and "Mixed-label groups: 1, dropped." in md
-    off = to_markdown(near_duplicates_section({"enabled": False}))
-    assert "detection is off" in off
+    assert "detection is off" in to_markdown(near_duplicates_section({"enabled": False}))
+    none = to_markdown(near_duplicates_section({**nd, "groups": 0, "top_pairs": []}))
+    assert none.strip() == "Near-duplicates (word 5-shingles, Jaccard ≥ 0.5): none."
