@@ -1,4 +1,5 @@
-"""Stage ingest: a folder (or archive) of class folders -> data/interim/corpus.parquet.
+"""Stage ingest: a folder (or archive) of class folders -> data/interim/corpus.parquet, with
+near-duplicates found and grouped (column `group`).
 
     python -m stages.ingest --corpus data/interim/corpus.parquet --report data/interim/ingest_report.json
 """
@@ -21,7 +22,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     setup_logging()
     params = load_params(args.params)["ingest"]
-    frame, report = build_corpus(Path(params.source), params.max_bytes, params.min_per_class)
+    frame, report = build_corpus(Path(params.source), params.max_bytes, params.min_per_class,
+                                 params.near_duplicates)
     write_parquet(frame, args.corpus)
     write_json(args.report, report)
     log.info("seen %d files, kept %d in %d classes, skipped %s",

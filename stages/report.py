@@ -36,6 +36,23 @@ def headline(metrics: dict) -> list:
     return blocks + [Table(["guard", "status"], [[n, s] for n, s in metrics["guards"].items()])]
 
 
+def near_duplicates_section(nd: dict) -> list:
+    """What ingest grouped as near-duplicates (kept together by the split), with its top pairs."""
+    if not nd["enabled"]:
+        return [Para("Near-duplicate detection is off (`ingest.near_duplicates.enabled`): the "
+                     "split only keeps exact duplicates apart.")]
+    found = f"Near-duplicates (word {nd['shingle_size']}-shingles, Jaccard ≥ {nd['threshold']}): "
+    if not nd["groups"]:
+        return [Para(found + "none.")]
+    sizes = ", ".join(f"{count} of {size}" for size, count in nd["group_sizes"].items())
+    mixed = nd["mixed_label_groups"]
+    return [Para(found + f"**{nd['groups']} groups holding {nd['documents_in_groups']} documents** "
+                 f"(groups of each size: {sizes}); each group sits in one split. Mixed-label "
+                 f"groups: {len(mixed)}" + (f", {mixed[0]['action']}." if mixed else ".")),
+            Table(["document", "near-duplicate", "Jaccard"],
+                  [[p["a"], p["b"], f"{p['jaccard']:.4f}"] for p in nd["top_pairs"]])]
+
+
 def data_section(ingest: dict, tokens: dict, counts: dict, histogram: pd.DataFrame) -> list:
     skipped = ", ".join(f"{k} {v}" for k, v in ingest["skipped"].items()) or "none"
     fallback = sum(n for enc, n in ingest["encodings"].items() if enc not in ("utf-8", "utf-16"))
@@ -46,6 +63,7 @@ def data_section(ingest: dict, tokens: dict, counts: dict, histogram: pd.DataFra
              f"differing only in whitespace/Unicode form: {ingest['duplicates_not_byte_identical']}."),
         Table(["split"] + list(ingest["per_class"]),
               [[s] + [counts[s].get(c, 0) for c in ingest["per_class"]] for s in counts]),
+        *near_duplicates_section(ingest["near_duplicates"]),
         Heading("Token lengths"),
         Para(f"Mean {tokens['mean']}, median {tokens['p50']}, p90 {tokens['p90']}, max {tokens['max']}; "
              f"**{tokens['pct_truncated']} % truncated** at max_length {tokens['max_length']}."),

@@ -1,4 +1,5 @@
-"""Stage split: corpus.parquet -> stratified, seeded split assignment + per-split class counts."""
+"""Stage split: corpus.parquet -> stratified, seeded, group-aware split assignment (each
+near-duplicate group in one split) + per-split class counts."""
 from __future__ import annotations
 
 import logging
@@ -23,7 +24,9 @@ def main(argv: list[str] | None = None) -> None:
     write_parquet(assignment, args.splits)
     counts = class_counts(assignment)
     write_json(args.counts, counts)
-    log.info("split sizes: %s", {s: sum(c.values()) for s, c in counts.items()})
+    log.info("split sizes: %s; %d near-duplicate groups, none in two splits",
+             {s: sum(c.values()) for s, c in counts.items()},
+             int((assignment["group"].value_counts() > 1).sum()))
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ def test_mistyped_key_names_key_and_suggests_close_match(tmp_path):
 
 def test_unknown_key_without_close_match_lists_known_keys(tmp_path):
     path = params_file(tmp_path, "ingest:\n  zzzzzz: 1\n")
-    with pytest.raises(ValueError, match=r"ingest\.zzzzzz.*Known keys: max_bytes, min_per_class, source"):
+    with pytest.raises(ValueError, match=r"ingest\.zzzzzz.*Known keys: max_bytes, min_per_class, near_duplicates, source"):
         load_params(path)
 
 
@@ -134,7 +134,7 @@ def test_flatten(tmp_path):
     assert not any(isinstance(v, dict) for v in flat.values())
     assert {k.split(".")[0] for k in flat} == set(SECTIONS)
     assert flat["model.textcnn.kernel_sizes"] == [2, 3, 4]  # nested sections flatten too
-    assert len(flat) == 3 + 2 + (3 + 1) + (7 + 2) + 19 + 4 + 2
+    assert len(flat) == (3 + 5) + 2 + (3 + 1) + (7 + 2) + 19 + 4 + 2
 
 
 def test_repo_params_yaml_loads():
@@ -177,3 +177,26 @@ def test_textcnn_filters_range(tmp_path):
     path = params_file(tmp_path, "model:\n  textcnn:\n    num_filters: 0\n")
     with pytest.raises(ValueError, match=r"model\.textcnn\.num_filters=0 is out of range: it must be >= 1"):
         load_params(path)
+
+
+@pytest.mark.parametrize("key, value, valid", [
+    ("threshold", "0.3", r"\[0\.5, 1\]"),
+    ("threshold", "1.5", r"\[0\.5, 1\]"),
+    ("num_perm", "8", r"\[16, 1024\]"),
+    ("shingle_size", "0", r"\[1, 16\]"),
+    ("conflicts", "merge", r"\['drop', 'keep'\]"),
+])
+def test_near_duplicate_params_out_of_range_name_key_value_and_range(tmp_path, key, value, valid):
+    path = params_file(tmp_path, f"ingest:\n  near_duplicates:\n    {key}: {value}\n")
+    with pytest.raises(ValueError, match=rf"ingest\.near_duplicates\.{key}='?{value}'?.*{valid}"):
+        load_params(path)
+
+
+def test_near_duplicate_params_typo_and_type_fail_loudly(tmp_path):
+    with pytest.raises(ValueError, match=r"unknown key ingest\.near_duplicates\.treshold.*'threshold'"):
+        load_params(params_file(tmp_path, "ingest:\n  near_duplicates:\n    treshold: 0.6\n"))
+    with pytest.raises(ValueError, match=r"ingest\.near_duplicates\.enabled='yes' must be true or false"):
+        load_params(params_file(tmp_path, "ingest:\n  near_duplicates:\n    enabled: 'yes'\n"))
+    params = load_params(params_file(tmp_path, "ingest:\n  near_duplicates:\n    threshold: 1\n"))
+    assert params["ingest"].near_duplicates.threshold == 1.0
+    assert params["ingest"].near_duplicates.num_perm == 128  # the rest keep their defaults

@@ -3,7 +3,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from stages.report import headline, mistakes_section
+from stages.report import data_section, headline, mistakes_section, near_duplicates_section
 from textclf.document import Figure, Para, Table, to_html, to_markdown
 from textclf.evaluation import calibration
 from textclf.tracking import lock_tags
@@ -68,3 +68,21 @@ def test_mistakes_are_the_most_confident_wrong_predictions_with_a_snippet():
     probs = [float(r[3]) for r in table.rows]
     assert probs == sorted(probs, reverse=True) and probs[0] == pytest.approx(0.973, abs=1e-3)
     assert table.rows[0][0] == "a/28.txt" and len(table.rows[0][4]) <= 161
+
+
+def test_data_section_shows_near_duplicate_groups_and_pairs():
+    nd = {"enabled": True, "threshold": 0.5, "shingle_size": 5, "groups": 2,
+          "documents_in_groups": 5, "group_sizes": {"2": 1, "3": 1},
+          "top_pairs": [{"a": "tech/153.txt", "b": "tech/185.txt", "jaccard": 0.9982}],
+          "mixed_label_groups": [{"labels": ["a", "b"], "paths": ["a/1", "b/1"], "action": "dropped"}]}
+    ingest = {"source": "bbc", "files_seen": 7, "kept": 7, "skipped": {}, "encodings": {"utf-8": 7},
+              "duplicates_not_byte_identical": 0, "per_class": {"tech": 7}, "near_duplicates": nd}
+    tokens = {"mean": 1, "p50": 1, "p90": 1, "max": 1, "pct_truncated": 0, "max_length": 64}
+    counts = {s: {"tech": 1} for s in ("train", "validation", "test")}
+    histogram = pd.DataFrame({"tokens_from": [0], "tokens_to": [8], "documents": [7]})
+    md = to_markdown(data_section(ingest, tokens, counts, histogram))
+    assert "**2 groups holding 5 documents** (groups of each size: 1 of 2, 1 of 3)" in md
+    assert "| tech/153.txt | tech/185.txt | 0.9982 |" in md and "Mixed-label groups: 1, dropped." in md
+    assert "detection is off" in to_markdown(near_duplicates_section({"enabled": False}))
+    none = to_markdown(near_duplicates_section({**nd, "groups": 0, "top_pairs": []}))
+    assert none.strip() == "Near-duplicates (word 5-shingles, Jaccard ≥ 0.5): none."

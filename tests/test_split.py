@@ -8,8 +8,10 @@ FRACTIONS = {"train": 0.6, "validation": 0.2, "test": 0.2}
 
 
 def corpus(sizes: dict[str, int]) -> pd.DataFrame:
+    """No near-duplicates: every document is its own group, as ingest writes it."""
     rows = [(f"{label}-{i:03d}", label, f"hash-{label}-{i}") for label, n in sizes.items() for i in range(n)]
-    return pd.DataFrame(rows, columns=["doc_id", "label", "content_hash"])
+    frame = pd.DataFrame(rows, columns=["doc_id", "label", "content_hash"])
+    return frame.assign(group=frame["doc_id"])
 
 
 def test_allocate_sums_and_rounds():
@@ -53,3 +55,60 @@ def test_every_split_gets_every_class():
     out = stratified_split(corpus({"a": 5, "b": 5, "c": 5}), FRACTIONS, seed=0)
     assert (out.groupby("split")["label"].nunique() == 3).all()
     assert np.array_equal(np.sort(out["doc_id"]), out["doc_id"].to_numpy())
+
+
+def grouped_corpus(seed: int) -> pd.DataFrame:
+    """Three classes of 60-200 documents in groups of 1-12 (near-duplicate families)."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for label in ("a", "b", "c"):
+        n = 0
+        while n < rng.integers(60, 200):
+            size = int(rng.choice([1, 1, 1, 2, 3, 12]))
+            rows += [(f"{label}-{n + i:04d}", label, f"h-{label}-{n + i}", f"{label}-{n:04d}")
+                     for i in range(size)]
+            n += size
+    return pd.DataFrame(rows, columns=["doc_id", "label", "content_hash", "group"])
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_no_group_straddles_and_counts_stay_within_the_stated_tolerance(seed):
+    frame = grouped_corpus(seed)
+    out = stratified_split(frame, FRACTIONS, seed=seed)
+    assert out.groupby("group")["split"].nunique().max() == 1
+    counts = class_counts(out)
+    for label, docs in frame.groupby("label"):
+        largest = docs["group"].value_counts().max()
+        target = allocate(len(docs), FRACTIONS)
+        for split in ("train", "test"):  # one boundary each: half the largest group
+            assert abs(counts[split][label] - target[split]) <= largest / 2, (label, split)
+        assert abs(counts["validation"][label] - target["validation"]) <= largest, label
+
+
+def test_grouped_split_is_a_pure_function_of_labels_groups_fractions_seed():
+    frame = grouped_corpus(0)
+    one = stratified_split(frame, FRACTIONS, seed=3)
+    assert one.equals(stratified_split(frame.sample(frac=1, random_state=1), FRACTIONS, seed=3))
+    assert not one["split"].equals(stratified_split(frame, FRACTIONS, seed=4)["split"])
+
+
+def test_a_group_in_two_splits_is_caught():
+    out = stratified_split(grouped_corpus(1), FRACTIONS, seed=0)
+    first = out.index[out["split"] == "train"][0]
+    other = out.index[out["split"] == "test"][0]
+    leaked = out.copy()
+    leaked.loc[other, "group"] = leaked.loc[first, "group"]
+    with pytest.raises(ValueError, match=r"group value\(s\) appear in more than one split"):
+        check_disjoint(leaked)
+
+
+def test_a_class_held_by_one_group_names_the_class_and_the_fix():
+    frame = corpus({"big": 30, "small": 6})
+    frame.loc[frame["label"] == "small", "group"] = "one-family"
+    with pytest.raises(ValueError, match=r"'small' has 6 documents in 1 near-duplicate group.*threshold"):
+        stratified_split(frame, FRACTIONS, seed=0)
+
+
+def test_a_corpus_without_groups_asks_for_a_fresh_ingest():
+    with pytest.raises(ValueError, match="no `group` column.*rerun ingest"):
+        stratified_split(corpus({"a": 10, "b": 10}).drop(columns="group"), FRACTIONS, seed=0)

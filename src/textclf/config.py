@@ -43,11 +43,32 @@ def _check_range(where: str, value, spec) -> None:
                          f"{_describe(*spec)}; set it in params.yaml or with `-S {where}=...`.")
 
 
+def _choice(key: str, value, allowed) -> None:
+    if value not in allowed:
+        raise ValueError(f"params.yaml: {key}={value!r} must be one of {list(allowed)}.")
+
+
+@dataclass(frozen=True)
+class NearDuplicateParams:
+    enabled: bool = True
+    # Jaccard of word shingles. BBC has no pair between 0.454 and 0.562; the 68 pairs at or
+    # above 0.5 are edited copies of one story, the next one down a separate follow-up (README).
+    # Below 0.5 the LSH must band so finely that most pairs become candidates.
+    threshold: float = ranged(0.5, 0.5, 1.0)
+    num_perm: int = ranged(128, 16, 1024)  # MinHash slots; only LSH recall depends on it, the Jaccard check is exact
+    shingle_size: int = ranged(5, 1, 16)  # words per shingle
+    conflicts: str = "drop"  # a group with two labels: drop all its documents | keep them
+
+    def __post_init__(self):
+        _choice("ingest.near_duplicates.conflicts", self.conflicts, ("drop", "keep"))
+
+
 @dataclass(frozen=True)
 class IngestParams:
     source: str = "data/sample"  # folder of class folders, or a .zip / .tar.gz holding one
     max_bytes: int = ranged(1_000_000, 1)  # larger files are skipped (and counted)
     min_per_class: int = ranged(5, 1)  # fewer kept documents in a class is an error
+    near_duplicates: NearDuplicateParams = field(default_factory=NearDuplicateParams)
 
 
 @dataclass(frozen=True)
@@ -83,11 +104,6 @@ class SplitParams:
 
 # bf16 on a CPU is opt-in: 1.3-1.4x faster training on this machine's cores, but other numbers.
 PRECISIONS = ("auto", "fp32", "bf16")
-
-
-def _choice(key: str, value, allowed) -> None:
-    if value not in allowed:
-        raise ValueError(f"params.yaml: {key}={value!r} must be one of {list(allowed)}.")
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,15 @@
 """Turn source entries into a clean, de-duplicated corpus table plus an accounting report.
 
 Invariant, checked before returning: files seen = kept + sum of every skip reason.
+Exact duplicates (after normalisation) are kept once; near-duplicates are all kept and
+share a `group`, which the split keeps together.
 """
 from __future__ import annotations
 
 import codecs
 import hashlib
 import logging
+import time
 import unicodedata
 from collections import Counter, defaultdict
 from dataclasses import dataclass
@@ -14,11 +17,14 @@ from pathlib import Path
 
 import pandas as pd
 
+from textclf.config import NearDuplicateParams
+from textclf.near_dups import NearDuplicates, find_groups
 from textclf.sources import HIDDEN, UNSAFE_MEMBER, Entry, is_hidden, open_source
 
 log = logging.getLogger(__name__)
 
-COLUMNS = ["doc_id", "label", "text", "source_path", "content_hash", "encoding"]
+COLUMNS = ["doc_id", "label", "text", "source_path", "content_hash", "encoding", "group"]
+TOP_PAIRS = 20  # most similar near-duplicate pairs listed in the report
 
 
 @dataclass(frozen=True)
@@ -115,6 +121,51 @@ def _dedupe(docs: list[Doc], skipped: Counter, report: dict) -> list[Doc]:
     return sorted(kept, key=lambda d: d.path)
 
 
+def doc_id(path: str) -> str:
+    """Stable across runs and machines: derived from the path below the source root only."""
+    return hashlib.sha1(path.encode()).hexdigest()[:16]
+
+
+def _near_duplicate_summary(kept: list[Doc], found: NearDuplicates, members: list[list[int]]) -> dict:
+    sizes = Counter(len(m) for m in members)
+    top = sorted(found.pairs, key=lambda p: (-p[2], kept[p[0]].path, kept[p[1]].path))[:TOP_PAIRS]
+    return {"candidate_pairs": found.candidates, "checked_pairs": found.checked,
+            "linked_pairs": len(found.pairs), "lsh_bands": found.bands,
+            "groups": len(members), "documents_in_groups": sum(map(len, members)),
+            "group_sizes": {str(n): sizes[n] for n in sorted(sizes)},
+            "top_pairs": [{"a": kept[i].path, "b": kept[j].path, "jaccard": round(sim, 4)}
+                          for i, j, sim in top]}
+
+
+def _group_near_duplicates(kept: list[Doc], cfg: NearDuplicateParams, skipped: Counter,
+                           report: dict) -> tuple[list[Doc], list[str]]:
+    """-> (documents still kept, each one's group: the doc id of the group's first document).
+    A group spanning two labels is dropped whole or kept, as `cfg.conflicts` says."""
+    report["near_duplicates"] = section = {"enabled": cfg.enabled}
+    if not cfg.enabled:
+        return kept, [doc_id(d.path) for d in kept]
+    started = time.perf_counter()
+    found = find_groups([d.text for d in kept], cfg)
+    by_root: dict[int, list[int]] = defaultdict(list)
+    for i, root in enumerate(found.group_of):
+        by_root[root].append(i)
+    members = [m for m in by_root.values() if len(m) > 1]
+    section.update(threshold=cfg.threshold, shingle_size=cfg.shingle_size, num_perm=cfg.num_perm,
+                   conflicts=cfg.conflicts, **_near_duplicate_summary(kept, found, members))
+    mixed = [m for m in members if len({kept[i].label for i in m}) > 1]
+    section["mixed_label_groups"] = [
+        {"labels": sorted({kept[i].label for i in m}), "paths": [kept[i].path for i in m],
+         "action": "dropped" if cfg.conflicts == "drop" else "kept"} for m in mixed]
+    dropped = {i for m in mixed for i in m} if cfg.conflicts == "drop" else set()
+    if dropped:
+        skipped["near_duplicate_conflict"] += len(dropped)
+    log.info("near-duplicates: %d groups hold %d documents; %d mixed-label (conflicts: %s); %.1f s",
+             len(members), section["documents_in_groups"], len(mixed), cfg.conflicts,
+             time.perf_counter() - started)
+    keep = [i for i in range(len(kept)) if i not in dropped]
+    return [kept[i] for i in keep], [doc_id(kept[found.group_of[i]].path) for i in keep]
+
+
 def _check_classes(per_class: Counter, min_per_class: int) -> None:
     small = {c: n for c, n in sorted(per_class.items()) if n < min_per_class}
     if small:
@@ -126,7 +177,9 @@ def _check_classes(per_class: Counter, min_per_class: int) -> None:
                          "needs at least two class folders under ingest.source.")
 
 
-def build_corpus(source: Path, max_bytes: int, min_per_class: int) -> tuple[pd.DataFrame, dict]:
+def build_corpus(source: Path, max_bytes: int, min_per_class: int,
+                 near_duplicates: NearDuplicateParams = NearDuplicateParams()
+                 ) -> tuple[pd.DataFrame, dict]:
     report = {"source": str(source), "class_root": "", "files_seen": 0, "kept": 0,
               "skipped": {}, "encodings": {}, "per_class": {}, "ignored_top_level": [],
               "skipped_files": [], "duplicate_groups": [], "duplicates_not_byte_identical": 0,
@@ -154,7 +207,8 @@ def build_corpus(source: Path, max_bytes: int, min_per_class: int) -> tuple[pd.D
                 report["skipped_files"].append({"path": "/".join(entry.parts), "reason": result})
             else:
                 docs.append(result)
-    kept = _dedupe(docs, skipped, report)
+    kept, groups = _group_near_duplicates(_dedupe(docs, skipped, report), near_duplicates,
+                                          skipped, report)
     per_class = Counter(d.label for d in kept)
     report.update(kept=len(kept), skipped=dict(sorted(skipped.items())),
                   encodings=dict(Counter(d.encoding for d in docs)),  # before de-duplication
@@ -163,6 +217,6 @@ def build_corpus(source: Path, max_bytes: int, min_per_class: int) -> tuple[pd.D
     # A class folder whose every file was skipped still counts, with 0 documents.
     _check_classes(Counter({c: per_class.get(c, 0) for c in class_folders}), min_per_class)
     frame = pd.DataFrame(
-        [(hashlib.sha1(d.path.encode()).hexdigest()[:16], d.label, d.text, d.path,
-          d.content_hash, d.encoding) for d in kept], columns=COLUMNS)
+        [(doc_id(d.path), d.label, d.text, d.path, d.content_hash, d.encoding, group)
+         for d, group in zip(kept, groups)], columns=COLUMNS)
     return frame, report

@@ -1,0 +1,96 @@
+"""TF-IDF baseline on BBC over split seeds (issue 12's before/after measure).
+
+    .venv/bin/python benchmarks/baseline_seeds.py [--seeds 0 1 2 3 4 5 6] [--code DIR]
+
+Runs the ingest, split and baseline stages (`python -m stages.<name>`, as dvc.yaml does) on
+../shared/data/bbc in a temporary folder, with split.seed = baseline.seed = each seed and
+every other param at its default. `--code` runs another checkout's stages instead, e.g. the
+code before near-duplicate grouping:
+
+    git archive main | tar -x -C /tmp/main-code
+    .venv/bin/python benchmarks/baseline_seeds.py --code /tmp/main-code
+
+Each row also counts the near-duplicate groups (this checkout's detection, default params)
+that the evaluated split puts in two splits, and those of them touching the test split.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from textclf.corpus import build_corpus
+from throughput_helpers import table
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--bbc", default=str(REPO.parent / "shared" / "data" / "bbc"))
+    p.add_argument("--seeds", type=int, nargs="+", default=list(range(7)))
+    p.add_argument("--code", default=str(REPO), help="checkout whose stages run (default: this one)")
+    return p.parse_args(argv)
+
+
+def stage(code: Path, name: str, params: Path, *args: str) -> None:
+    env = {**os.environ, "PYTHONPATH": str(code / "src")}
+    proc = subprocess.run([sys.executable, "-m", f"stages.{name}", "--params", str(params), *args],
+                          cwd=code, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"stage {name} failed: {proc.stderr[-2000:]}")
+
+
+def straddling(splits: pd.DataFrame, groups: pd.Series) -> tuple[int, int]:
+    """-> (near-duplicate groups in two or more splits, those with a document in test)."""
+    frame = splits.set_index("doc_id")[["split"]].join(groups.rename("nd_group"), how="inner")
+    per_group = frame.groupby("nd_group")["split"].agg(set)
+    spread = per_group[per_group.map(len) > 1]
+    return len(spread), int(spread.map(lambda s: "test" in s).sum())
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    code, bbc = Path(args.code).resolve(), Path(args.bbc).resolve()
+    corpus, _ = build_corpus(bbc, 1_000_000, 5)
+    groups = corpus.set_index("doc_id")["group"]
+    groups = groups[groups.duplicated(keep=False)]  # only documents that have a near-duplicate
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="baseline_seeds_") as tmp:
+        work = Path(tmp)
+        for seed in args.seeds:
+            params = work / "params.yaml"
+            params.write_text(yaml.safe_dump({"ingest": {"source": str(bbc)}, "split": {"seed": seed},
+                                              "baseline": {"seed": seed}}))
+            if not rows:  # ingest does not read the seeds
+                stage(code, "ingest", params, "--corpus", str(work / "c.parquet"),
+                      "--report", str(work / "r.json"))
+            stage(code, "split", params, "--corpus", str(work / "c.parquet"),
+                  "--splits", str(work / "s.parquet"), "--counts", str(work / "n.json"))
+            stage(code, "baseline", params, "--corpus", str(work / "c.parquet"),
+                  "--splits", str(work / "s.parquet"), "--out", str(work / "b.json"))
+            scores = json.loads((work / "b.json").read_text())
+            splits = pd.read_parquet(work / "s.parquet")
+            spread, in_test = straddling(splits, groups)
+            rows.append({"seed": seed, "test docs": int((splits["split"] == "test").sum()),
+                         "accuracy": scores["accuracy"], "macro-F1": scores["macro_f1"],
+                         "groups in 2 splits": spread, "of them touching test": in_test})
+            print(rows[-1], flush=True)
+    frame = pd.DataFrame(rows)
+    shown = [{**r, "accuracy": f"{r['accuracy']:.4f}", "macro-F1": f"{r['macro-F1']:.4f}"} for r in rows]
+    print(f"\ncode: {code}\n\n" + table(shown, list(rows[0])))
+    if len(frame) > 1:
+        for metric in ("accuracy", "macro-F1"):
+            print(f"{metric}: mean {frame[metric].mean():.4f} ± sd {frame[metric].std():.4f} "
+                  f"over {len(frame)} seeds")
+
+
+if __name__ == "__main__":
+    main()
