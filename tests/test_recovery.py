@@ -226,7 +226,9 @@ def test_sigterm_to_dvc_stops_the_stage_and_dvc_repro_resumes(tmp_path):
     write_params(repo / "params.yaml", tokenize={"max_length": 64}, train={"epochs": 3})
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
-    env = {**env, **GIT_ENV}
+    # DVC runs the command through $SHELL -c: dash (/bin/sh) stays between dvc and the stage
+    # and outlives dvc, bash execs it; /bin/sh is the harder case
+    env = {**env, **GIT_ENV, "SHELL": "/bin/sh"}
     with open(tmp_path / "dvc.log", "w") as out:
         proc = subprocess.Popen(["dvc", "repro", "train"], cwd=repo, env=env, stdout=out,
                                 stderr=subprocess.STDOUT)

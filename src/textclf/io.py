@@ -10,6 +10,8 @@ import os
 import signal
 import sys
 import tempfile
+import threading
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -109,9 +111,35 @@ def raise_if_interrupted(default: int | None = None) -> None:
         raise Interrupted(signum if signum is not None else default)
 
 
+SHELLS = {"sh", "dash", "bash", "zsh", "fish"}
+
+
+def _proc_stat(pid: int) -> list[str]:
+    """Fields of /proc/<pid>/stat after the command name: [state, ppid, …]; [] if gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return []
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _watch(pid: int, start: str) -> None:
+    while (stat := _proc_stat(pid)) and stat[0] != "Z" and stat[19] == start:
+        time.sleep(1)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
 def exit_with_parent() -> None:
-    """Linux: get SIGTERM when the parent process (dvc) dies, instead of running on as an
-    orphan that logs a FINISHED run DVC never records."""
+    """Linux: get SIGTERM when the process that started this stage (dvc) dies, instead of
+    running on as an orphan that logs a FINISHED run DVC never records. DVC starts the
+    command through $SHELL -c; bash then execs it, but dash (/bin/sh) stays in between and
+    outlives dvc, so a shell parent's own parent is watched too."""
     if not sys.platform.startswith("linux"):
         return
     import ctypes  # only here: stages import io on every platform
@@ -121,6 +149,12 @@ def exit_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     if os.getppid() != parent:  # it died before prctl took effect
         os.kill(os.getpid(), signal.SIGTERM)
+    stat = _proc_stat(parent)
+    if _comm(parent) in SHELLS and stat:
+        grandparent = int(stat[1])
+        start = _proc_stat(grandparent)[19:20]
+        if grandparent > 1 and start:
+            threading.Thread(target=_watch, args=(grandparent, start[0]), daemon=True).start()
 
 
 def _store_error(err: BaseException) -> bool:
