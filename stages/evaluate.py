@@ -3,6 +3,7 @@ and the same numbers logged into the training run in MLflow."""
 from __future__ import annotations
 
 import logging
+import os
 
 import numpy as np
 import pandas as pd
@@ -13,7 +14,8 @@ from textclf.evaluation import calibration, mlflow_metrics, test_metrics
 from textclf.io import read_json, run_stage, setup_logging, stage_parser, write_csv, write_json, write_parquet
 from textclf.modeling import load_classifier
 from textclf.predict import probability_frame
-from textclf.tracking import add_to_run, check_store
+from textclf.registry import register, split_hash, version_tags
+from textclf.tracking import add_to_run, check_store, git_commit
 from textclf.training import inference_device, predict_proba
 
 log = logging.getLogger("evaluate")
@@ -62,6 +64,11 @@ def main(argv: list[str] | None = None) -> None:
     metrics["baseline"] = read_json(args.baseline)
     metrics["gap"] = {k: metrics[k] - metrics["baseline"][k] for k in ("accuracy", "macro_f1")}
     metrics["mlflow"] = {"run_id": run["run_id"], "model_uri": run["model_uri"]}  # run -> metrics
+    if cfg.register:
+        splits = pd.read_parquet(args.splits)
+        test_split = split_hash(splits.loc[splits["split"] == "test", "content_hash"])
+        tags = version_tags(metrics, test_split, git_commit(), os.environ.get("DVC_EXP_NAME"))
+        metrics["registry"] = register(run, cfg.registered_model, tags)
     write_json(args.metrics, metrics)
     write_parquet(predictions, args.predictions)
     write_csv(pd.DataFrame({"actual": [labels[i] for i in y_true],

@@ -30,6 +30,11 @@ def headline(metrics: dict) -> list:
                    f"expected calibration error {metrics['ece']:.4f}.")]
     if gap["accuracy"] < 0:
         blocks.append(Alert("the fine-tuned model loses to the TF-IDF baseline."))
+    if metrics.get("registry"):
+        reg = metrics["registry"]
+        verdict = "moved to it" if reg["promoted"] else f"stays at version {reg['champion']}"
+        blocks.append(Para(f"Model registry: `{reg['model']}` version {reg['version']} is the "
+                           f"challenger; champion {verdict} ({reg['reason']})."))
     failed = [n for n, status in metrics["guards"].items() if status != "pass"]
     if failed:
         blocks.append(Alert(f"guards not passed: {', '.join(failed)}."))

@@ -182,9 +182,14 @@ class BaselineParams:
 class EvaluateParams:
     batch_size: int = ranged(16, 1)  # length-sorted batches; on 2 CPU cores 16 beats 64 (README, Speed)
     precision: str = "auto"  # as train.precision
+    registered_model: str = "textclf"  # registry name: each evaluated training becomes a version
+    register: bool = True  # false: no version, no alias moves (metrics and artifacts still logged)
 
     def __post_init__(self):
         _choice("evaluate.precision", self.precision, PRECISIONS)
+        if self.register and not self.registered_model.strip():
+            raise ValueError("params.yaml: evaluate.registered_model is empty; name the registered "
+                             "model (e.g. textclf) or set evaluate.register: false.")
 
 
 SECTIONS: dict[str, type] = {

@@ -1,6 +1,7 @@
 """Predict labels for new texts with a model folder written by the train stage.
 
     python -m textclf.predict models/model article1.txt article2.txt
+    python -m textclf.predict models:/textclf@champion article1.txt   # from the model registry
     cat headlines.txt | python -m textclf.predict models/model      # one text per line
 
 Prints one tab-separated line per input: source, label, probability of that label.
@@ -74,6 +75,25 @@ class Predictor:
         return probability_frame(self.predict_proba(list(texts)), self.labels)
 
 
+def model_folder(model: str) -> Path:
+    """A model folder, or an MLflow model URI (`models:/textclf@champion`, `runs:/…`,
+    `models:/m-…`) -> the model folder inside the downloaded pyfunc."""
+    if ":/" not in model:
+        return Path(model)
+    import mlflow  # only for URIs: a local folder needs no tracking store
+    import yaml
+
+    from textclf.tracking import tracking_uri
+    mlflow.set_tracking_uri(tracking_uri())
+    try:
+        local = Path(mlflow.artifacts.download_artifacts(artifact_uri=model))
+    except mlflow.exceptions.MlflowException as err:
+        raise ValueError(f"{model}: {err.message.splitlines()[0]} (tracking store "
+                         f"{mlflow.get_tracking_uri()}; set MLFLOW_TRACKING_URI).") from None
+    flavor = yaml.safe_load((local / "MLmodel").read_text())["flavors"]["python_function"]
+    return local / flavor["artifacts"]["model_dir"]["path"]
+
+
 def read_inputs(files: list[str]) -> tuple[list[str], list[str]]:
     """-> (sources, texts): each FILE is one text; with no FILE (or `-`), each non-empty
     line of stdin is one text."""
@@ -101,7 +121,8 @@ def read_inputs(files: list[str]) -> tuple[list[str], list[str]]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("model_dir", help="model folder (models/model)")
+    parser.add_argument("model_dir", help="model folder (models/model) or MLflow model URI "
+                                          "(models:/textclf@champion)")
     parser.add_argument("files", nargs="*", help="text files; none or `-` reads lines from stdin")
     parser.add_argument("--batch-size", type=int, default=32)
     args = parser.parse_args(argv)
@@ -109,7 +130,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.batch_size < 1:
         raise ValueError(f"--batch-size={args.batch_size}; use a positive number.")
     sources, texts = read_inputs(args.files)
-    frame = Predictor(args.model_dir, args.batch_size).predict(texts)
+    frame = Predictor(model_folder(args.model_dir), args.batch_size).predict(texts)
     for source, label, prob in zip(sources, frame["label"], frame["probability"]):
         sys.stdout.write(f"{source}\t{label}\t{prob:.4f}\n")
 
