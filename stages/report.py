@@ -14,7 +14,7 @@ from textclf.config import flatten
 from textclf.document import Alert, Figure, Heading, Para, Table, to_html, to_markdown
 from textclf.evaluation import calibration
 from textclf.io import read_json, run_stage, setup_logging, stage_parser
-from textclf.tracking import add_to_run, check_store, lock_tags
+from textclf.tracking import add_to_run, check_store, dataset_sources, lock_tags, log_datasets
 
 log = logging.getLogger("report")
 MISTAKES = 20
@@ -125,8 +125,9 @@ def build(args) -> tuple[list, bytes, dict, dict]:
     """-> (report blocks, confusion PNG, MLflow run file, lineage tags)."""
     metrics, run = read_json(args.metrics), read_json(args.run_file)
     lock_file = Path(args.lock)
+    datasets = dataset_sources(run) | {args.corpus}  # the run page shows these as datasets
     tags = lock_tags(yaml.safe_load(lock_file.read_text()) if lock_file.is_file() else {},
-                     running="report")
+                     running="report", datasets=datasets)
     predictions = pd.read_parquet(args.predictions)
     blocks = [Heading("Training report", 1)] + headline(metrics)
     blocks += data_section(read_json(args.ingest_report), read_json(args.token_stats),
@@ -154,6 +155,8 @@ def main(argv: list[str] | None = None) -> None:
     Path(args.out_md).write_text(to_markdown(blocks), encoding="utf-8")
     Path(args.out_html).write_text(to_html(blocks, "Training report"), encoding="utf-8")
     Path(args.confusion_png).write_bytes(confusion)
+    if args.corpus not in dataset_sources(run):
+        log_datasets(run["run_id"], {"corpus": args.corpus}, "source")
     logged = [args.out_html, args.out_md, args.confusion_png, args.ingest_report]
     add_to_run(run, tags=tags, artifact_path="report",
                artifacts=logged + ([args.lock] if Path(args.lock).is_file() else []))

@@ -33,7 +33,7 @@ from textclf.launch import forbid_tracking, is_worker, launch, rank
 from textclf.modeling import build_model, encoder_param_names, load_tokenizer, save_model
 from textclf.policy import apply_policy, describe_groups, find_unused, make_optimizer, param_groups
 from textclf.serving import log_pyfunc
-from textclf.tracking import (check_store, fail_launched_runs, lineage_tags, process_tags, run_exists, sweep_stale_runs,
+from textclf.tracking import (check_store, fail_launched_runs, lineage_tags, log_datasets, process_tags, run_exists, sweep_stale_runs,
                               tracking_uri, use_experiment)
 from textclf.training import fit, make_accelerator
 
@@ -156,7 +156,9 @@ def train_and_save(args, params, splits, labels, tokenizer, accelerator, ckpt: C
     logged = {s: params[s] for s in LOGGED_SECTIONS}
     if not reopened:
         tracker.log_params(flatten(logged))
-    tracker.set_tags({**lineage_tags({"tokens": args.tokens, "splits": args.splits}), **process_tags()})
+    tracker.set_tags({**lineage_tags(), **process_tags()})
+    if run is not None and not reopened:
+        log_datasets(run.info.run_id, {"tokens": args.tokens, "splits": args.splits}, "training")
     extra = resume.extra if resume else {}
     book = GuardBook(args.guards, tracker, extra.get("guards"))
     epochs = EpochLogger(args.curve, splits["validation"].labels, labels, cfg, book, extra.get("rows"))

@@ -48,9 +48,14 @@ def test_dvc_repro_end_to_end(reproduced, tmp_path):
     assert run.info.status == "FINISHED"
     assert metrics["mlflow"]["run_id"] == run.info.run_id and 0 <= metrics["ece"] <= 1
     lock = yaml.safe_load((repo / "dvc.lock").read_text())["stages"]
-    tokens_md5 = next(o["md5"] for o in lock["tokenize"]["outs"] if o["path"].endswith("tokens.parquet"))
-    assert run.data.tags["dvc.out.data/processed/tokens.parquet"] == tokens_md5
-    assert {"dvc.params.train", "dvc.out.models/model", "git_commit"} <= set(run.data.tags)
+    outs = {o["path"]: o["md5"] for stage in lock.values() for o in stage.get("outs", [])}
+    datasets = {d.dataset.name: d.dataset for d in run.inputs.dataset_inputs}
+    for name, path in (("corpus", "data/interim/corpus.parquet"), ("tokens", "data/processed/tokens.parquet"),
+                       ("splits", "data/processed/splits.parquet")):
+        assert (datasets[name].source, datasets[name].digest) == (path, outs[path])  # DVC's md5
+        assert f"dvc.out.{path}" not in run.data.tags  # the Datasets section shows it
+    assert run.data.tags["dvc.out.models/model"] == outs["models/model"]
+    assert {"dvc.params.train", "git_commit"} <= set(run.data.tags)
     logged = {a.path for a in client.list_artifacts(run.info.run_id, "report")}
     assert {"report/report.html", "report/confusion.png", "report/ingest_report.json",
             "report/dvc.lock"} <= logged

@@ -12,7 +12,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from stages import baseline, evaluate
-from textclf.tracking import project_root, tracking_uri
+from textclf.tracking import file_md5, project_root, tracking_uri
 
 from conftest import REPO, run_train, write_params
 
@@ -59,7 +59,10 @@ def test_train_then_evaluate_log_one_run(prepared):
     assert metrics["gap"]["accuracy"] == pytest.approx(metrics["accuracy"] - metrics["baseline"]["accuracy"])
     assert run.data.metrics["gap_accuracy"] == pytest.approx(metrics["gap"]["accuracy"])
     assert len(client.get_metric_history(run.info.run_id, "val_accuracy")) == 2
-    assert {"git_commit", "dvc.md5.tokens", "dvc.md5.splits"} <= set(run.data.tags)
+    assert "git_commit" in run.data.tags
+    datasets = {d.dataset.name: d.dataset for d in run.inputs.dataset_inputs}
+    assert datasets["tokens"].digest == file_md5(tmp / "t.parquet")  # the md5 DVC records
+    assert datasets["splits"].source == "sp.parquet"
     model_uri = json.loads((tmp / "run.json").read_text())["model_uri"]
     assert metrics["mlflow"]["model_uri"] == model_uri
     logged = Path(mlflow.artifacts.download_artifacts(artifact_uri=model_uri, dst_path=str(tmp / "dl")))

@@ -172,6 +172,21 @@ def add_to_run(run: dict, metrics: dict | None = None, tags: dict | None = None,
         client.log_artifact(run["run_id"], str(path), artifact_path)
 
 
+def log_datasets(run_id: str, files: dict[str, str], context: str) -> None:
+    """Files as MLflow datasets of the run (its Datasets section): the path as the source and
+    its md5, the hash DVC records in dvc.lock, as the digest."""
+    from mlflow.entities import Dataset, DatasetInput, InputTag
+
+    inputs = [DatasetInput(Dataset(name, file_md5(path), "local", str(path)),
+                           [InputTag("mlflow.data.context", context)]) for name, path in files.items()]
+    MlflowClient().log_inputs(run_id, datasets=inputs)
+
+
+def dataset_sources(run: dict) -> set[str]:
+    client = MlflowClient(run["tracking_uri"])
+    return {d.dataset.source for d in client.get_run(run["run_id"]).inputs.dataset_inputs}
+
+
 def file_md5(path: str | Path) -> str:
     """The md5 DVC records for a file in dvc.lock."""
     digest = hashlib.md5()
@@ -189,24 +204,25 @@ def git_commit() -> str:
         return "unknown"
 
 
-def lineage_tags(data_files: dict[str, str]) -> dict[str, str]:
+def lineage_tags() -> dict[str, str]:
+    """The code and experiment behind a run (its data: log_datasets)."""
     tags = {"git_commit": git_commit()}
-    tags.update({f"dvc.md5.{name}": file_md5(path) for name, path in data_files.items()})
     if os.environ.get("DVC_EXP_NAME"):
         tags["dvc.exp_name"] = os.environ["DVC_EXP_NAME"]
     return tags
 
 
-def lock_tags(lock: dict, running: str) -> dict[str, str]:
+def lock_tags(lock: dict, running: str, datasets: set[str] = frozenset()) -> dict[str, str]:
     """dvc.lock -> tags tying a run to its data and params: the md5 of every stage
-    output (`dvc.out.<path>`) and of each stage's params (`dvc.params.<stage>`).
-    The `running` stage's entry is skipped: DVC rewrites it only after the stage ends."""
+    output (`dvc.out.<path>`) but those the run shows as datasets, and of each stage's
+    params (`dvc.params.<stage>`). The `running` stage's entry is skipped: DVC rewrites it
+    only after the stage ends."""
     tags = {}
     for stage, entry in (lock.get("stages") or {}).items():
         if stage == running:
             continue
         for out in entry.get("outs") or []:
-            if out.get("md5"):
+            if out.get("md5") and out["path"] not in datasets:
                 tags[f"dvc.out.{out['path']}"] = out["md5"]
         if entry.get("params"):
             text = json.dumps(entry["params"], sort_keys=True, default=str)
