@@ -1,12 +1,13 @@
 # Two entry points: `make repro` (the main job) and `make test` (the test suite).
 # Both create .venv with Python 3.11 + pip on first use. `make bench`: the speed benchmark
-# (README, Speed; about an hour on 2 cores, needs ../shared/data/bbc).
+# (README, Speed; about an hour on 2 cores, needs ../shared/data/bbc). `make server`,
+# `make server-stop`, `make server-status`: the team's tracking server (README, Team setup).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: repro test install bench
+.PHONY: repro test install bench server server-stop server-status
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,3 +29,12 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python benchmarks/throughput.py --levers $(BENCH_ARGS)
+
+server: $(STAMP)
+	bash scripts/server.sh start
+
+server-stop:
+	bash scripts/server.sh stop
+
+server-status:
+	bash scripts/server.sh status

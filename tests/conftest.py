@@ -103,10 +103,24 @@ def copy_repo(dst: Path) -> Path:
     return dst
 
 
-def dvc(repo: Path, *args: str) -> str:
-    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
-    proc = subprocess.run(["dvc", *args], cwd=repo, capture_output=True, text=True, env={**env, **GIT_ENV})
+def git(repo: Path, *args: str) -> str:
+    proc = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True,
+                          env={**os.environ, **GIT_ENV})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout
+
+
+def dvc_run(repo: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`dvc ARGS` in `repo`. MLFLOW_TRACKING_URI is dropped unless `env` sets it, so that
+    each copy logs to its own mlflow.db."""
+    base = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    base["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{base['PATH']}"
+    return subprocess.run(["dvc", *args], cwd=repo, capture_output=True, text=True,
+                          env={**base, **GIT_ENV, **(env or {})})
+
+
+def dvc(repo: Path, *args: str, env: dict | None = None) -> str:
+    proc = dvc_run(repo, *args, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout + proc.stderr
 

@@ -87,12 +87,22 @@ def _check_artifact_root(exp_id: str) -> None:
 
 def use_experiment(uri: str | None = None) -> str:
     """Point MLflow at the store and experiment; return the experiment id."""
-    mlflow.set_tracking_uri(uri or tracking_uri())
+    uri = uri or tracking_uri()
+    mlflow.set_tracking_uri(uri)
     exp = mlflow.get_experiment_by_name(EXPERIMENT)
     if exp is not None:
         return exp.experiment_id
-    # An absolute artifact root, so artifacts land beside mlflow.db whatever the cwd.
-    return mlflow.create_experiment(EXPERIMENT, artifact_location=(project_root() / "mlruns").as_uri())
+    # A local store: an absolute artifact root, so artifacts land beside mlflow.db whatever the
+    # cwd. A server: its own root (mlflow-artifacts:/ when it proxies artifacts), never a folder
+    # of the client's that the server and the other clients cannot see.
+    local = None if uri.startswith(("http://", "https://")) else (project_root() / "mlruns").as_uri()
+    try:
+        return mlflow.create_experiment(EXPERIMENT, artifact_location=local)
+    except mlflow.exceptions.MlflowException as err:
+        if err.error_code != "RESOURCE_ALREADY_EXISTS":
+            raise
+        # another process created it since the lookup (two queued experiments on a new server)
+        return mlflow.get_experiment_by_name(EXPERIMENT).experiment_id
 
 
 def _process_start(pid: int) -> str:

@@ -1,0 +1,201 @@
+"""The team's tracking server (scripts/server.sh: PostgreSQL + `mlflow server` with proxied
+artifacts), used as a teammate would: real PostgreSQL, real mlflow server, real `dvc repro`
+and `dvc queue`. One server for the module; the tests share one repo copy reproduced on it."""
+import glob
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import mlflow
+import pandas as pd
+import pytest
+from mlflow.tracking import MlflowClient
+
+from conftest import GIT_ENV, REPO, copy_repo, dvc, dvc_run, free_port, write_params
+from test_browser import SHOTS, browser, wait_for_text  # noqa: F401  (browser is a fixture)
+
+SCRIPT = REPO / "scripts" / "server.sh"
+LABELS = {"business", "entertainment", "politics", "sport", "tech"}
+NO_POSTGRES = ("PostgreSQL is not installed (no initdb/pg_ctl): `apt-get install postgresql` "
+               "(.ci/run does this where apt-get can run)")
+
+
+def postgres_installed() -> bool:
+    return bool(glob.glob("/usr/lib/postgresql/*/bin/initdb")) or bool(shutil.which("pg_ctl"))
+
+
+def server_sh(env: dict, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "TEXTCLF_PYTHON": sys.executable, **env})
+
+
+@dataclass
+class Team:
+    url: str
+    env: dict  # scripts/server.sh's settings
+    state: Path
+
+
+@pytest.fixture(scope="module")
+def team():
+    if not postgres_installed():
+        pytest.skip(NO_POSTGRES)
+    # Not under pytest's tmp folder: it is closed (0700) to the postgres user the script runs as.
+    state = Path(tempfile.mkdtemp(prefix="textclf-server-"))
+    state.chmod(0o755)
+    ports = set()
+    while len(ports) < 2:
+        ports.add(free_port())
+    mlflow_port, pg_port = sorted(ports)
+    env = {"TEXTCLF_STATE": str(state), "TEXTCLF_MLFLOW_PORT": str(mlflow_port),
+           "TEXTCLF_PG_PORT": str(pg_port)}
+    started = server_sh(env, "start")
+    try:
+        assert started.returncode == 0, started.stdout + started.stderr
+        yield Team(f"http://127.0.0.1:{mlflow_port}", env, state)
+    finally:
+        stopped = server_sh(env, "stop")
+        shutil.rmtree(state, ignore_errors=True)
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+
+
+@pytest.fixture(scope="module")
+def served(team, tmp_path_factory):
+    """A repo copy after `MLFLOW_TRACKING_URI=<server> dvc repro` (tiny config) -> (repo, output)."""
+    repo = copy_repo(tmp_path_factory.mktemp("served") / "repo")
+    write_params(repo / "params.yaml", tokenize={"max_length": 64}, train={"epochs": 1})
+    subprocess.run(["git", "commit", "-qam", "tiny"], cwd=repo, check=True, env={**os.environ, **GIT_ENV})
+    return repo, dvc(repo, "repro", env={"MLFLOW_TRACKING_URI": team.url})
+
+
+def test_the_script_names_the_package_when_postgres_is_missing(tmp_path):
+    proc = server_sh({"TEXTCLF_STATE": str(tmp_path), "TEXTCLF_PG_BIN": str(tmp_path / "nowhere")}, "start")
+    assert proc.returncode == 1
+    assert "apt-get install postgresql" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_the_script_refuses_a_port_in_use_before_creating_anything(tmp_path):
+    if not postgres_installed():
+        pytest.skip(NO_POSTGRES)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        for var in ("TEXTCLF_PG_PORT", "TEXTCLF_MLFLOW_PORT"):
+            env = {"TEXTCLF_STATE": str(tmp_path / "state"), "TEXTCLF_PG_PORT": str(free_port()),
+                   "TEXTCLF_MLFLOW_PORT": str(free_port()), var: port}
+            proc = server_sh(env, "start")
+            assert proc.returncode == 1, proc.stdout
+            assert proc.stderr.strip() == f"server.sh: port {port} is in use by another program: set {var} to a free port"
+            assert not (tmp_path / "state").exists()
+
+
+def test_dvc_repro_logs_the_pipeline_to_the_server(served, team):
+    repo, out = served
+    assert set(re.findall(r"Running stage '(\w+)'", out)) == {
+        "ingest", "tokenize", "split", "baseline", "train", "evaluate", "report"}
+    run_file = json.loads((repo / "reports/mlflow_run.json").read_text())
+    assert run_file["tracking_uri"] == team.url
+    client = MlflowClient(team.url)
+    run = client.get_run(run_file["run_id"])
+    assert run.info.status == "FINISHED"
+    metrics = json.loads((repo / "reports/metrics.json").read_text())
+    assert run.data.metrics["test_accuracy"] == pytest.approx(metrics["accuracy"])
+    assert run.data.params["train.epochs"] == "1" and "dvc.out.models/model" in run.data.tags
+    # Proxied: the run's artifacts went through the server into its destination, none to the client.
+    assert run.info.artifact_uri.startswith("mlflow-artifacts:/")
+    assert not (repo / "mlruns").exists()
+    stored = team.state / "mlartifacts" / run.info.experiment_id / run.info.run_id / "artifacts"
+    assert (stored / "report" / "report.html").read_bytes() == (repo / "reports/report.html").read_bytes()
+    logged = {a.path for a in client.list_artifacts(run.info.run_id, "report")}
+    assert {"report/report.html", "report/confusion.png", "report/ingest_report.json"} <= logged
+
+    previous = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri(team.url)
+    try:
+        model = mlflow.pyfunc.load_model(run_file["model_uri"])
+    finally:
+        mlflow.set_tracking_uri(previous)
+    got = model.predict(pd.DataFrame({"text": ["Shares fell after the profit warning."]}))
+    assert got["label"].iloc[0] in LABELS
+    assert abs(got.filter(like="prob_").sum(axis=1).iloc[0] - 1) < 1e-5
+
+
+def test_the_server_ui_shows_the_run_and_its_artifacts(served, team, browser):  # noqa: F811
+    repo, _ = served
+    run = json.loads((repo / "reports/mlflow_run.json").read_text())
+    page = f"{team.url}/#/experiments/{run['experiment_id']}/runs/{run['run_id']}"
+    browser.set_window_size(1400, 2400)
+    browser.get(page)
+    body = wait_for_text(browser, ["test_accuracy", "guard.load_audit"])
+    for text in ("test_accuracy", "test_macro_f1", "train.lr_encoder", "guard.load_audit"):
+        assert text in body, text
+    browser.get(f"{page}/artifacts/report/report.html")  # listed through the artifact proxy
+    body = wait_for_text(browser, ["report.html", "confusion.png"])
+    assert "report.html" in body and "confusion.png" in body
+    browser.save_screenshot(str(SHOTS / "mlflow_server_artifacts.png"))
+
+
+def wait_for_queue(repo: Path, env: dict, seconds: float = 1500) -> str:
+    """`dvc queue status` once nothing is queued or running (bounded)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        status = dvc(repo, "queue", "status", env=env)
+        if not re.search(r"\b(Queued|Running)\b", status):
+            return status
+        if time.monotonic() > deadline:
+            raise AssertionError(f"queue still busy after {seconds} s:\n{status}")
+        time.sleep(5)
+
+
+@pytest.mark.slow
+def test_queued_experiments_run_two_at_a_time_on_the_server(served, team):
+    """Three `dvc exp run --queue`, `dvc queue start -j 2`: three FINISHED runs, no errors.
+    They log to a new experiment, which the two first trains both find missing and create."""
+    repo, _ = served
+    env = {"MLFLOW_TRACKING_URI": team.url, "MLFLOW_EXPERIMENT_NAME": "queued"}
+    for seed in (1, 2, 3):
+        dvc(repo, "exp", "run", "--queue", "-S", f"train.seed={seed}", "-n", f"seed-{seed}", env=env)
+    dvc(repo, "queue", "start", "-j", "2", env=env)  # workers inherit this environment
+    status = wait_for_queue(repo, env)
+    assert status.count("Success") == 3 and "Failed" not in status, status
+
+    client = MlflowClient(team.url)
+    exp = client.get_experiment_by_name("queued")
+    runs = client.search_runs([exp.experiment_id])
+    assert sorted(r.data.params["train.seed"] for r in runs) == ["1", "2", "3"]
+    assert {r.info.status for r in runs} == {"FINISHED"}
+    assert all("test_accuracy" in r.data.metrics for r in runs)
+    shown = json.loads(dvc(repo, "exp", "show", "--json", "--no-pager"))
+    names = {exp["revs"][0].get("name") for baseline in shown for exp in baseline.get("experiments") or []}
+    assert {"seed-1", "seed-2", "seed-3"} <= names
+
+
+def test_a_stopped_server_fails_train_at_its_start_and_keeps_its_runs(served, team):
+    """Stop both servers: train fails in one line naming the URI before any training.
+    Start again: PostgreSQL still holds the run logged before."""
+    repo, _ = served
+    before = json.loads((repo / "reports/mlflow_run.json").read_text())
+    stopped = server_sh(team.env, "stop")
+    assert "mlflow server stopped" in stopped.stdout and "PostgreSQL stopped" in stopped.stdout
+    assert server_sh(team.env, "status").returncode == 3
+
+    proc = dvc_run(repo, "repro", "--force", "--single-item", "train", env={"MLFLOW_TRACKING_URI": team.url})
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert f"MLflow tracking server {team.url} is unreachable" in out
+    assert "Traceback" not in out and "MLflow run" not in out  # train never opened a run
+
+    started = server_sh(team.env, "start")
+    assert started.returncode == 0, started.stdout + started.stderr
+    again = server_sh(team.env, "start")  # idempotent
+    assert "PostgreSQL already running" in again.stdout and "mlflow server already running" in again.stdout
+    assert MlflowClient(team.url).get_run(before["run_id"]).info.status == "FINISHED"
