@@ -1,6 +1,6 @@
 # Two entry points: `make repro` (the main job) and `make test` (the test suite).
 # Both create .venv with Python 3.11 + pip on first use. `make bench`: the speed benchmark
-# (README, Speed; about an hour on 2 cores, needs ../shared/data/bbc). `make server`,
+# (docs/benchmarks.md; about an hour on 2 cores, needs ../shared/data/bbc). `make server`,
 # `make server-stop`, `make server-status`: the team's tracking server (README, Team setup).
 PYTHON ?= python3
 VENV := .venv

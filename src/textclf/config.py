@@ -180,7 +180,7 @@ class BaselineParams:
 
 @dataclass(frozen=True)
 class EvaluateParams:
-    batch_size: int = ranged(16, 1)  # length-sorted batches; on 2 CPU cores 16 beats 64 (README, Speed)
+    batch_size: int = ranged(16, 1)  # length-sorted batches; on 2 CPU cores 16 beats 64 (docs/benchmarks.md)
     precision: str = "auto"  # as train.precision
     registered_model: str = "textclf"  # registry name: each evaluated training becomes a version
     register: bool = True  # false: no version, no alias moves (metrics and artifacts still logged)

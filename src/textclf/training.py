@@ -31,7 +31,7 @@ LOG_EVERY = 10  # steps between loss reads: each read is a host sync
 def precision_for(setting: str, cuda_available: bool, bf16_supported: bool) -> str:
     """train.precision / evaluate.precision -> Accelerate's mixed_precision. `auto`: bf16
     autocast on a CUDA device that has it, else fp32, so CPU results do not move unless
-    asked; `bf16` also on a CPU (faster on cores with native bf16, see README, Speed).
+    asked; `bf16` also on a CPU (faster on cores with native bf16, see docs/benchmarks.md).
     fp16 is not offered: it would need loss scaling."""
     if setting == "fp32" or (setting == "auto" and not (cuda_available and bf16_supported)):
         return "no"
