@@ -226,7 +226,8 @@ def main(argv: list[str] | None = None) -> None:
     if main_rank:
         uri = tracking_uri()
         check_store(uri)  # one clear line, before any training
-        sweep_stale_runs(use_experiment(uri))
+        exp_id = use_experiment(uri)
+        sweep_stale_runs(exp_id)
     else:
         forbid_tracking()
     splits, labels = read_token_splits(args.tokens, args.splits)
@@ -238,7 +239,7 @@ def main(argv: list[str] | None = None) -> None:
     accelerator = make_accelerator(cfg.precision)
     if not main_rank:
         return train_and_save(args, params, splits, labels, tokenizer, accelerator, ckpt, resume, False)
-    run, reopened = open_run(use_experiment(uri), resume)
+    run, reopened = open_run(exp_id, resume)
     log.info("MLflow run %s on %s%s", run.info.run_id, accelerator.device,
              " (resumed)" if reopened else "")
     try:
