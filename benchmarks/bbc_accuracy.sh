@@ -1,15 +1,11 @@
 #!/usr/bin/env bash
-# Accuracy benchmark: the whole pipeline on the real BBC corpus with CPU-friendly settings,
-# as a DVC experiment in a temporary copy (the workspace is left alone).
-#   bash benchmarks/bbc_accuracy.sh [extra -S overrides...]
-# Then: .venv/bin/dvc exp show ; the run is in MLflow (mlflow ui in the project root).
+# Accuracy benchmark: the whole pipeline on the real BBC corpus with the recipe in
+# benchmarks/bbc.preset, once per split seed (0-4), as queued DVC experiments; prints model
+# vs TF-IDF per seed, mean ± sd and the paired difference's 95 % t-interval.
+#   bash benchmarks/bbc_accuracy.sh [--name bbc] [--seeds 0 1 2] [-S key=value ...]
+# The runs are in MLflow too (mlflow ui in the project root).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BBC="$(realpath "${BBC:-../shared/data/bbc}")"
 export PATH="$PWD/.venv/bin:$PATH"
-time dvc exp run --temp \
-  -S "ingest.source=$BBC" \
-  -S tokenize.max_length=256 -S tokenize.truncation=head \
-  -S train.epochs=3 -S train.batch_size=16 -S train.lr_encoder=1.0e-4 \
-  "$@"
-dvc exp show --only-changed --drop 'confusion.*|per_class.*'
+time python -m textclf.multiseed --source "$BBC" --preset benchmarks/bbc.preset "$@"

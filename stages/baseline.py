@@ -1,14 +1,16 @@
 """Stage baseline: TF-IDF + logistic regression on the same train/test split ->
-reports/baseline.json, so every run shows whether fine-tuning beat the simple thing."""
+reports/baseline.json and its per-document test predictions, so every run shows whether
+fine-tuning beat the simple thing (evaluate compares the two document by document)."""
 from __future__ import annotations
 
 import logging
 
 import pandas as pd
 
-from textclf.baseline import fit_and_score
+from textclf.baseline import fit_and_predict
 from textclf.config import load_params
-from textclf.io import run_stage, setup_logging, stage_parser, write_json
+from textclf.evaluation import PROB_PREFIX, classification_scores
+from textclf.io import run_stage, setup_logging, stage_parser, write_json, write_parquet
 
 log = logging.getLogger("baseline")
 
@@ -18,15 +20,23 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--corpus", required=True)
     parser.add_argument("--splits", required=True)
     parser.add_argument("--out", required=True, help="output JSON: baseline test scores")
+    parser.add_argument("--predictions", required=True,
+                        help="output parquet: per test document, label, prediction, probabilities")
     args = parser.parse_args(argv)
     setup_logging()
     cfg = load_params(args.params)["baseline"]
     frame = pd.read_parquet(args.corpus).merge(
         pd.read_parquet(args.splits)[["doc_id", "split"]], on="doc_id", validate="one_to_one")
     train, test = frame[frame["split"] == "train"], frame[frame["split"] == "test"]
-    scores = fit_and_score(train["text"].tolist(), train["label"].tolist(),
-                           test["text"].tolist(), test["label"].tolist(), cfg)
+    classes, probs = fit_and_predict(train["text"].tolist(), train["label"].tolist(),
+                                     test["text"].tolist(), cfg)  # probs: (N, C)
+    predictions = pd.DataFrame({"doc_id": test["doc_id"].to_numpy(), "label": test["label"].to_numpy(),
+                                "predicted": [classes[i] for i in probs.argmax(axis=1)]})
+    for i, c in enumerate(classes):
+        predictions[PROB_PREFIX + c] = probs[:, i]
+    scores = classification_scores(predictions["label"], predictions["predicted"])
     write_json(args.out, scores)
+    write_parquet(predictions, args.predictions)
     log.info("baseline test accuracy %.4f, macro-F1 %.4f", scores["accuracy"], scores["macro_f1"])
 
 

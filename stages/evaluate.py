@@ -9,8 +9,9 @@ import numpy as np
 import pandas as pd
 
 from textclf.batching import read_token_splits
+from textclf.comparison import compare, per_class_accuracy
 from textclf.config import load_params
-from textclf.evaluation import calibration, mlflow_metrics, test_metrics
+from textclf.evaluation import PROB_PREFIX, calibration, classification_scores, mlflow_metrics, test_metrics
 from textclf.io import read_json, run_stage, setup_logging, stage_parser, write_csv, write_json, write_parquet
 from textclf.modeling import load_classifier
 from textclf.predict import probability_frame
@@ -31,6 +32,30 @@ def prediction_frame(doc_ids: list[str], y_true, probs: np.ndarray, labels: list
     return frame
 
 
+def versus_baseline(predictions: pd.DataFrame, baseline: pd.DataFrame, labels: list[str], cfg) -> dict:
+    """The paired comparison, per-class accuracy of both, and (evaluate.ensemble) the scores
+    of the mean of both systems' probabilities, all on the same test documents."""
+    if set(baseline["doc_id"]) != set(predictions["doc_id"]):
+        raise ValueError("the baseline predictions cover other test documents than the model's; "
+                         "rerun both on the same split: dvc repro baseline evaluate.")
+    if set(baseline.filter(like=PROB_PREFIX).columns) - {PROB_PREFIX + c for c in labels}:
+        raise ValueError(f"the baseline predicts classes the model does not know ({labels}); "
+                         "rerun train and baseline on the same corpus: dvc repro.")
+    base = baseline.set_index("doc_id").loc[predictions["doc_id"]]  # the model's document order
+    out = {"comparison": compare(predictions["correct"].to_numpy(),
+                                 (base["predicted"] == base["label"]).to_numpy(),
+                                 cfg.bootstrap, cfg.seed, cfg.alpha),
+           "per_class_accuracy": per_class_accuracy(labels, predictions["label"],
+                                                    predictions["predicted"], base["predicted"])}
+    if cfg.ensemble:  # a class the baseline never saw in training gets probability 0 there
+        cols = [PROB_PREFIX + c for c in labels]
+        base_probs = base.reindex(columns=cols, fill_value=0.0).to_numpy()
+        mean = (predictions[cols].to_numpy() + base_probs) / 2  # (N, C)
+        out["ensemble"] = classification_scores(predictions["label"],
+                                                [labels[i] for i in mean.argmax(axis=1)])
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = stage_parser(__doc__)
     parser.add_argument("--tokens", required=True)
@@ -39,6 +64,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--run-file", required=True, help="JSON naming the training run")
     parser.add_argument("--guards", required=True, help="guard results from train")
     parser.add_argument("--baseline", required=True, help="baseline scores JSON")
+    parser.add_argument("--baseline-predictions", required=True,
+                        help="the baseline's per-document test predictions (parquet)")
     parser.add_argument("--metrics", required=True, help="output metrics JSON")
     parser.add_argument("--confusion", required=True, help="output CSV of (actual, predicted)")
     parser.add_argument("--per-class", required=True, help="output CSV: per-class F1, precision, recall")
@@ -63,6 +90,8 @@ def main(argv: list[str] | None = None) -> None:
     metrics["guards"] = {name: g["status"] for name, g in read_json(args.guards).items()}
     metrics["baseline"] = read_json(args.baseline)
     metrics["gap"] = {k: metrics[k] - metrics["baseline"][k] for k in ("accuracy", "macro_f1")}
+    metrics.update(versus_baseline(predictions, pd.read_parquet(args.baseline_predictions), labels, cfg))
+    metrics["kept_epoch"] = run.get("kept_epoch")
     metrics["mlflow"] = {"run_id": run["run_id"], "model_uri": run["model_uri"]}  # run -> metrics
     if cfg.register:
         splits = pd.read_parquet(args.splits)
@@ -75,9 +104,11 @@ def main(argv: list[str] | None = None) -> None:
                             "predicted": [labels[i] for i in y_pred]}), args.confusion)
     write_csv(pd.DataFrame([{"class": c, **{k: s[k] for k in ("f1", "precision", "recall")}}
                             for c, s in metrics["per_class"].items()]), args.per_class)
-    add_to_run(run, metrics=mlflow_metrics(metrics), artifacts=(args.metrics, args.confusion))
-    log.info("test accuracy %.4f, macro-F1 %.4f, ECE %.4f on %d documents",
-             metrics["accuracy"], metrics["macro_f1"], metrics["ece"], metrics["n_test"])
+    add_to_run(run, metrics=mlflow_metrics(metrics), tags={"verdict": metrics["comparison"]["verdict"]},
+               artifacts=(args.metrics, args.confusion))
+    log.info("test accuracy %.4f, macro-F1 %.4f, ECE %.4f on %d documents; versus the baseline: %s",
+             metrics["accuracy"], metrics["macro_f1"], metrics["ece"], metrics["n_test"],
+             metrics["comparison"]["verdict"])
 
 
 if __name__ == "__main__":

@@ -10,6 +10,8 @@ import pandas as pd
 import yaml
 
 from textclf import figures
+from textclf.comparison import WORSE
+from textclf.comparison import headline as verdict_line
 from textclf.config import flatten
 from textclf.document import Alert, Figure, Heading, Para, Table, to_html, to_markdown
 from textclf.evaluation import calibration
@@ -22,14 +24,15 @@ SNIPPET = 160  # characters of text shown per mistake
 
 
 def headline(metrics: dict) -> list:
-    """Accuracy, macro-F1, the gap to the TF-IDF baseline and every guard, at a glance."""
+    """Accuracy, macro-F1, the verdict against the TF-IDF baseline and every guard, at a glance."""
     base, gap = metrics["baseline"], metrics["gap"]
     blocks = [Para(f"**Test accuracy {metrics['accuracy']:.4f}, macro-F1 {metrics['macro_f1']:.4f}** "
                    f"— TF-IDF baseline {base['accuracy']:.4f} / {base['macro_f1']:.4f}, "
                    f"gap {gap['accuracy']:+.4f} / {gap['macro_f1']:+.4f}; "
-                   f"expected calibration error {metrics['ece']:.4f}.")]
-    if gap["accuracy"] < 0:
-        blocks.append(Alert("the fine-tuned model loses to the TF-IDF baseline."))
+                   f"expected calibration error {metrics['ece']:.4f}."),
+              Para(verdict_line(metrics["comparison"]))]
+    if metrics["comparison"]["verdict"] == WORSE:
+        blocks.append(Alert("the fine-tuned model is significantly worse than the TF-IDF baseline."))
     if metrics.get("registry"):
         reg = metrics["registry"]
         verdict = "moved to it" if reg["promoted"] else f"stays at version {reg['champion']}"
@@ -39,6 +42,26 @@ def headline(metrics: dict) -> list:
     if failed:
         blocks.append(Alert(f"guards not passed: {', '.join(failed)}."))
     return blocks + [Table(["guard", "status"], [[n, s] for n, s in metrics["guards"].items()])]
+
+
+def baseline_section(metrics: dict) -> list:
+    """Model and baseline side by side: per-class accuracy, the paired counts, the ensemble."""
+    cmp, per_class = metrics["comparison"], metrics["per_class_accuracy"]
+    blocks = [Heading("Model versus the TF-IDF baseline"),
+              Para(f"Paired on the same {metrics['n_test']} test documents: both right "
+                   f"{cmp['both_right']}, only the model {cmp['model_only']}, only the baseline "
+                   f"{cmp['baseline_only']}, both wrong {cmp['both_wrong']}. Exact McNemar p = "
+                   f"{cmp['mcnemar_p']:.3g}; bootstrap 95 % interval of the accuracy difference "
+                   f"{cmp['ci_low']:+.4f} to {cmp['ci_high']:+.4f} ({cmp['resamples']} resamples). "
+                   f"Verdict (alpha {cmp['alpha']}; both must agree): **{cmp['verdict']}**."),
+              Table(["class", "documents", "model accuracy", "baseline accuracy"],
+                    [[c, s["support"], f"{s['model']:.3f}", f"{s['baseline']:.3f}"]
+                     for c, s in per_class.items()])]
+    if metrics.get("ensemble"):
+        ens = metrics["ensemble"]
+        blocks.append(Para(f"Mean of both systems' probabilities (`evaluate.ensemble`): accuracy "
+                           f"{ens['accuracy']:.4f}, macro-F1 {ens['macro_f1']:.4f}."))
+    return blocks
 
 
 def near_duplicates_section(nd: dict) -> list:
@@ -83,7 +106,8 @@ def results_section(curve: pd.DataFrame, metrics: dict) -> list:
         Table(list(curve.columns), curve.round(4).astype(object).values.tolist()),
         Heading("Test metrics"),
         Para(f"Accuracy **{metrics['accuracy']:.4f}**, macro-F1 **{metrics['macro_f1']:.4f}** "
-             f"on {metrics['n_test']} documents."),
+             f"on {metrics['n_test']} documents, with the weights of epoch {metrics['kept_epoch']} "
+             "(`train.select`)."),
         Table(["class", "precision", "recall", "F1", "support"],
               [[c] + [f"{s[k]:.3f}" for k in ("precision", "recall", "f1")] + [s["support"]]
                for c, s in metrics["per_class"].items()]),
@@ -133,6 +157,7 @@ def build(args) -> tuple[list, bytes, dict, dict]:
     blocks += data_section(read_json(args.ingest_report), read_json(args.token_stats),
                            read_json(args.split_counts), pd.read_csv(args.histogram))
     blocks += results_section(pd.read_csv(args.curve), metrics)
+    blocks += baseline_section(metrics)
     confusion = figures.confusion_heatmap(metrics["confusion"])
     blocks += [Figure("confusion matrix", confusion)]
     blocks += mistakes_section(predictions, pd.read_parquet(args.corpus))

@@ -35,7 +35,7 @@ from textclf.policy import apply_policy, describe_groups, find_unused, make_opti
 from textclf.serving import log_pyfunc
 from textclf.tracking import (check_store, fail_launched_runs, lineage_tags, log_datasets, process_tags, run_exists, sweep_stale_runs,
                               tracking_uri, use_experiment)
-from textclf.training import fit, make_accelerator
+from textclf.training import EpochSelector, fit, make_accelerator
 
 log = logging.getLogger("train")
 LOGGED_SECTIONS = ("ingest", "tokenize", "split", "model", "train")
@@ -165,15 +165,18 @@ def train_and_save(args, params, splits, labels, tokenizer, accelerator, ckpt: C
     if resume and not reopened:  # a new run: give it the epochs trained before the interruption
         for row in epochs.rows:
             tracker.log_metrics({k: v for k, v in row.items() if k != "epoch"}, step=row["epoch"])
+    selector = EpochSelector(cfg.select, cfg.patience, extra.get("selector"), ckpt.resumed_tensors())
     ckpt.extra_state = lambda: {"run_id": run and run.info.run_id, "rows": epochs.rows,
-                                "guards": book.results}
+                                "guards": book.results, "selector": selector.state()}
+    ckpt.extra_tensors = lambda: selector.weights if accelerator.is_main_process else None
     model, optimizer, encoder = prepare(params, splits, labels, tokenizer.pad_token_id, book)
     before = guards.snapshot(model)  # the seeded initial weights, rebuilt the same on resume
     with deferred_interrupts():  # SIGINT/SIGTERM: checkpoint at the next step, then stop
         model = fit(model, optimizer, splits["train"], splits["validation"], cfg,
-                    tokenizer.pad_token_id, accelerator, epochs, ckpt)
+                    tokenizer.pad_token_id, accelerator, epochs, ckpt, selector)
     if not accelerator.is_main_process:
         return
+    tracker.log_metrics({"kept_epoch": selector.kept_epoch, "epochs_trained": selector.last_epoch})
     rows = guards.weight_movement(model, before, encoder)
     write_csv(pd.DataFrame(rows), args.movement)
     mlflow.log_artifact(args.movement)
@@ -182,7 +185,8 @@ def train_and_save(args, params, splits, labels, tokenizer, accelerator, ckpt: C
     info = log_pyfunc(args.model_dir, example_texts(tokenizer, splits["validation"]))
     write_json(args.run_file, {"run_id": run.info.run_id, "experiment_id": run.info.experiment_id,
                                "tracking_uri": mlflow.get_tracking_uri(),
-                               "model_uri": info.model_uri})
+                               "model_uri": info.model_uri, "kept_epoch": selector.kept_epoch,
+                               "epochs_trained": selector.last_epoch})
 
 
 def save_model_atomic(model, folder: Path, tokenizer, params: dict) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from stages import ingest, split, train
+from stages import baseline, evaluate, ingest, split, train
 from stages import tokenize as tokenize_stage
 
 REPO = Path(__file__).resolve().parents[1]
@@ -79,6 +79,18 @@ def run_train(p, model_dir="model", curve="curve.csv", run_file="run.json"):
     train.main(p + ["--tokens", "t.parquet", "--splits", "sp.parquet", "--model-dir", model_dir,
                     "--curve", curve, "--guards", "guards.json", "--movement", "move.csv",
                     "--run-file", run_file])
+
+
+def run_baseline(p):
+    baseline.main(p + ["--corpus", "c.parquet", "--splits", "sp.parquet", "--out", "b.json",
+                       "--predictions", "bp.parquet"])
+
+
+def run_evaluate(p, metrics="metrics.json"):
+    evaluate.main(p + ["--tokens", "t.parquet", "--splits", "sp.parquet", "--model-dir", "model",
+                       "--run-file", "run.json", "--guards", "guards.json", "--baseline", "b.json",
+                       "--baseline-predictions", "bp.parquet", "--metrics", metrics,
+                       "--confusion", "conf.csv", "--per-class", "pc.csv", "--predictions", "pred.parquet"])
 
 
 GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",

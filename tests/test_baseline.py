@@ -1,11 +1,15 @@
+import json
+
+import pandas as pd
 import pytest
 
 from textclf.config import BaselineParams
 from textclf.corpus import build_corpus
+from textclf.evaluation import classification_scores
 from textclf.splitting import stratified_split
-from textclf.baseline import fit_and_score
+from textclf.baseline import fit_and_predict
 
-from conftest import BBC
+from conftest import BBC, run_baseline
 
 
 @pytest.mark.skipif(not BBC.is_dir(), reason=f"BBC corpus not found at {BBC}")
@@ -15,6 +19,22 @@ def test_tfidf_baseline_on_bbc_is_strong():
     split = stratified_split(corpus, {"train": 0.7, "validation": 0.15, "test": 0.15}, seed=42)
     frame = corpus.merge(split[["doc_id", "split"]], on="doc_id")
     train, test = frame[frame["split"] == "train"], frame[frame["split"] == "test"]
-    scores = fit_and_score(train["text"].tolist(), train["label"].tolist(),
-                           test["text"].tolist(), test["label"].tolist(), BaselineParams())
+    classes, probs = fit_and_predict(train["text"].tolist(), train["label"].tolist(),
+                                     test["text"].tolist(), BaselineParams())
+    scores = classification_scores(test["label"].tolist(), [classes[i] for i in probs.argmax(axis=1)])
     assert scores["accuracy"] > 0.95 and scores["macro_f1"] > 0.95
+
+
+def test_baseline_stage_writes_per_document_predictions(prepared):
+    """Evaluate pairs these with the model's: one row per test document, probabilities sum to 1,
+    and the scores in baseline.json are those of the predictions."""
+    tmp, p = prepared
+    run_baseline(p)
+    pred = pd.read_parquet(tmp / "bp.parquet")
+    test_ids = pd.read_parquet(tmp / "sp.parquet").query("split == 'test'")["doc_id"]
+    assert sorted(pred["doc_id"]) == sorted(test_ids)
+    probs = pred.filter(like="prob_")
+    assert probs.shape[1] == 5 and probs.sum(axis=1).round(6).eq(1).all()
+    assert (probs.idxmax(axis=1).str.removeprefix("prob_") == pred["predicted"]).all()
+    scores = json.loads((tmp / "b.json").read_text())
+    assert scores["accuracy"] == pytest.approx((pred["label"] == pred["predicted"]).mean())

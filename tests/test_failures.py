@@ -10,10 +10,9 @@ import time
 import pytest
 from mlflow.tracking import MlflowClient
 
-from stages import baseline, evaluate
 from textclf import preflight
 
-from conftest import REPO, free_port, run_train, write_params
+from conftest import REPO, free_port, run_baseline, run_evaluate, run_train, write_params
 
 
 def stage(tmp, module: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -76,20 +75,14 @@ def test_evaluate_never_reopens_or_fails_the_training_run(prepared):
     leaves the run FINISHED with the end time training gave it."""
     tmp, p = prepared
     run_train(p)
-    baseline.main(p + ["--corpus", "c.parquet", "--splits", "sp.parquet", "--out", "b.json"])
+    run_baseline(p)
     run_id = json.loads((tmp / "run.json").read_text())["run_id"]
     client = MlflowClient(f"sqlite:///{tmp / 'mlflow.db'}")
     trained = client.get_run(run_id).info
 
-    def evaluate_once():
-        evaluate.main(p + ["--tokens", "t.parquet", "--splits", "sp.parquet", "--model-dir", "model",
-                           "--run-file", "run.json", "--guards", "guards.json", "--baseline", "b.json",
-                           "--metrics", "metrics.json", "--confusion", "conf.csv",
-                           "--per-class", "pc.csv", "--predictions", "pred.parquet"])
-
-    evaluate_once()
+    run_evaluate(p)
     time.sleep(1.1)
-    evaluate_once()
+    run_evaluate(p)
     info = client.get_run(run_id)
     assert "test_accuracy" in info.data.metrics
     assert (info.info.status, info.info.end_time) == ("FINISHED", trained.end_time)
@@ -98,7 +91,7 @@ def test_evaluate_never_reopens_or_fails_the_training_run(prepared):
     os.remove(f"{artifacts}/metrics.json")
     os.makedirs(f"{artifacts}/metrics.json")  # a folder where evaluate copies its file
     with pytest.raises(OSError):
-        evaluate_once()
+        run_evaluate(p)
     info = client.get_run(run_id).info
     assert (info.status, info.end_time) == ("FINISHED", trained.end_time)
 

@@ -12,7 +12,7 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from textclf.multiseed import experiments, summarize
+from textclf.multiseed import experiments, seed_row, table
 
 from conftest import GIT_ENV, REPO, copy_repo, dvc, write_params
 
@@ -109,8 +109,10 @@ def test_every_head_through_dvc_experiments(tmp_path):
         assert got["label"].iloc[0] in LABELS
         assert abs(got.filter(like="prob_").sum(axis=1).iloc[0] - 1) < 1e-5
     assert len(runs(repo)[1]) == 3
-    mean, sd, n = summarize(exps)["accuracy"]  # the multiseed summary, over these three
-    assert n == 3 and mean == pytest.approx(sum(m["accuracy"] for m in exps.values()) / 3)
+    rows = [seed_row(i, m) for i, m in enumerate(exps.values())]  # the multiseed table over these
+    assert [r["errors"] for r in rows] == [round(m["n_test"] * (1 - m["accuracy"])) for m in exps.values()]
+    assert {r["verdict"] for r in rows} <= {"better", "worse", "no significant difference"}
+    assert f"| mean ± sd | | {sum(r['accuracy'] for r in rows) / 3 * 100:.2f} ± " in table(rows)
 
 
 def test_a_bad_input_is_one_clear_line_not_a_traceback(tmp_path):

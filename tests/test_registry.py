@@ -8,10 +8,9 @@ import sys
 import pytest
 from mlflow.tracking import MlflowClient
 
-from stages import baseline, evaluate
 from textclf.registry import SPLIT_TAG, promotion, split_hash
 
-from conftest import REPO, run_train, venv_env
+from conftest import REPO, run_baseline, run_evaluate, run_train, venv_env
 
 PASS = {"guard.load_audit": "pass", "guard.collapse": "pass", SPLIT_TAG: "s1", "test_macro_f1": "0.8"}
 
@@ -36,16 +35,13 @@ def test_split_hash_is_the_set_of_documents():
 
 def evaluate_run(p, tmp, guards: dict) -> dict:
     (tmp / "guards.json").write_text(json.dumps({k: {"status": v, "message": ""} for k, v in guards.items()}))
-    evaluate.main(p + ["--tokens", "t.parquet", "--splits", "sp.parquet", "--model-dir", "model",
-                       "--run-file", "run.json", "--guards", "guards.json", "--baseline", "b.json",
-                       "--metrics", "metrics.json", "--confusion", "conf.csv", "--per-class", "pc.csv",
-                       "--predictions", "pred.parquet"])
+    run_evaluate(p)
     return json.loads((tmp / "metrics.json").read_text())
 
 
 def test_versions_aliases_gate_and_predict_from_champion(prepared):
     tmp, p = prepared
-    baseline.main(p + ["--corpus", "c.parquet", "--splits", "sp.parquet", "--out", "b.json"])
+    run_baseline(p)
     client = MlflowClient(f"sqlite:///{tmp / 'mlflow.db'}")
     ok = {"load_audit": "pass", "optimizer_coverage": "pass", "collapse": "pass"}
 

@@ -4,21 +4,30 @@ import pandas as pd
 import pytest
 
 from stages.report import data_section, headline, mistakes_section, near_duplicates_section
+from textclf.comparison import compare
 from textclf.document import Figure, Para, Table, to_html, to_markdown
 from textclf.evaluation import calibration
 from textclf.tracking import lock_tags
 
 
 def metrics(gap: float, guards=None) -> dict:
+    """Metrics of a 300-document test split where the model is `gap` ahead of the baseline."""
+    model, base = np.ones(300, bool), np.ones(300, bool)
+    (base if gap > 0 else model)[:round(abs(gap) * 300)] = False
     return {"accuracy": 0.95 + gap, "macro_f1": 0.94 + gap, "ece": 0.03,
             "baseline": {"accuracy": 0.95, "macro_f1": 0.94},
-            "gap": {"accuracy": gap, "macro_f1": gap}, "guards": guards or {"load_audit": "pass"}}
+            "gap": {"accuracy": gap, "macro_f1": gap}, "guards": guards or {"load_audit": "pass"},
+            "comparison": compare(model, base, 1000, seed=0, alpha=0.05)}
 
 
-def test_headline_flags_a_model_that_loses_to_the_baseline_and_failed_guards():
+def test_headline_gives_the_verdict_and_flags_a_worse_model_and_failed_guards():
     text = to_markdown(headline(metrics(-0.05)))
-    assert "loses to the TF-IDF baseline" in text and "gap -0.0500" in text
-    assert "loses" not in to_markdown(headline(metrics(0.01)))
+    assert "significantly worse than the TF-IDF baseline" in text and "gap -0.0500" in text
+    assert "**Worse than the baseline**: -5.00 points" in text
+    assert "**Better than the baseline**: +5.00 points" in to_markdown(headline(metrics(0.05)))
+    noise = to_markdown(headline(metrics(0.01)))  # 3 documents of 300
+    assert "**No significant difference from the baseline**: +1.00 points" in noise
+    assert "worse" not in noise.lower()
     page = to_html(headline(metrics(0.01, {"load_audit": "fail", "lr_sanity": "pass"})), "t")
     assert "guards not passed: load_audit" in page and "<span class=\"fail\">fail</span>" in page
 

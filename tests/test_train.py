@@ -11,18 +11,15 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
-from stages import baseline, evaluate
 from textclf.tracking import file_md5, project_root, tracking_uri
 
-from conftest import REPO, run_train, write_params
+import conftest
+from conftest import REPO, run_baseline, run_train, write_params
 
 
 def run_evaluate(p):
-    baseline.main(p + ["--corpus", "c.parquet", "--splits", "sp.parquet", "--out", "b.json"])
-    evaluate.main(p + ["--tokens", "t.parquet", "--splits", "sp.parquet", "--model-dir", "model",
-                       "--run-file", "run.json", "--guards", "guards.json", "--baseline", "b.json",
-                       "--metrics", "m.json", "--confusion", "cm.csv", "--per-class", "pc.csv",
-                       "--predictions", "pred.parquet"])
+    run_baseline(p)
+    conftest.run_evaluate(p, "m.json")
 
 
 def test_train_then_evaluate_log_one_run(prepared):
@@ -41,7 +38,7 @@ def test_train_then_evaluate_log_one_run(prepared):
     metrics = json.loads((tmp / "m.json").read_text())
     assert {"accuracy", "macro_f1", "per_class", "confusion", "n_test"} <= set(metrics)
     assert sum(sum(row.values()) for row in metrics["confusion"].values()) == metrics["n_test"] == 10
-    assert len(pd.read_csv(tmp / "cm.csv")) == 10
+    assert len(pd.read_csv(tmp / "conf.csv")) == 10
     assert len(pd.read_csv(tmp / "pc.csv")) == 5
     predictions = pd.read_parquet(tmp / "pred.parquet")
     assert len(predictions) == 10 and predictions["doc_id"].is_unique

@@ -11,8 +11,9 @@ from torch import nn
 from textclf import training
 from textclf.batching import Collator, LengthGroupedBatchSampler, Split, sorted_batches
 from textclf.config import EvaluateParams, TrainParams
-from textclf.training import (inference_device, lr_factor, make_accelerator, make_scheduler,
-                              make_train_loader, precision_for, predict_proba, train_steps)
+from textclf.training import (EpochSelector, fit, inference_device, lr_factor, make_accelerator,
+                              make_scheduler, make_train_loader, precision_for, predict_proba,
+                              train_steps)
 
 
 def test_length_grouped_batches_cover_every_index_once_and_are_seeded():
@@ -215,3 +216,57 @@ def test_train_steps_stops_after_max_steps_and_fit_pieces_compose():
     assert 0 < loss_sum.item() / steps < 5
     _, steps = train_steps(model, optimizer, scheduler, loader, cfg, accelerator)
     assert steps == len(loader)  # no max_steps: one full pass
+
+
+def test_epoch_selector_keeps_the_best_epoch_and_stops_on_patience():
+    model = nn.Linear(2, 2)
+    selector = EpochSelector("best", patience=2)
+    weights = {}
+    for epoch, score in enumerate([0.5, 0.8, 0.8, 0.6], 1):  # a tie does not replace epoch 2
+        with torch.no_grad():
+            model.weight.fill_(epoch)
+        weights[epoch] = model.weight.clone()
+        selector.update(epoch, score, model)
+        assert selector.should_stop() == (epoch == 4)  # 2 epochs past the best
+    assert selector.restore(model) == 2 and torch.equal(model.weight, weights[2])
+    resumed = EpochSelector("best", 2, selector.state(), selector.weights)  # as from a checkpoint
+    assert resumed.should_stop() and resumed.kept_epoch == 2
+    last = EpochSelector("last")
+    for epoch, score in enumerate([0.9, 0.1], 1):
+        with torch.no_grad():
+            model.weight.fill_(epoch)
+        last.update(epoch, score, model)
+    assert last.restore(model) == 2 and last.weights is None and model.weight.eq(2).all()
+
+
+@pytest.mark.parametrize("select, patience", [("best", 0), ("best", 1), ("last", 0)])
+def test_fit_returns_the_selected_epochs_weights(select, patience):
+    """fit with a noisy lr: the returned weights are those of the best validation epoch
+    (select: best) or the last one, and patience stops after that many epochs without gain."""
+    rng = np.random.default_rng(0)
+    ids = [rng.integers(1, 50, size=rng.integers(3, 12)).tolist() for _ in range(60)]
+    labels = rng.integers(0, 3, size=60).tolist()
+    train, val = Split(ids[:40], labels[:40]), Split(ids[40:], labels[40:])
+    cfg = TrainParams(epochs=6, batch_size=4, lr_encoder=0.3, lr_head=0.3, warmup_ratio=0.0,
+                      select=select, patience=patience)
+    torch.manual_seed(0)
+    model = BagOfEmbeddings()
+    seen = []  # (val macro-F1, weights) after each epoch
+
+    def on_epoch(row, probs):
+        seen.append((row["val_macro_f1"], {k: v.clone() for k, v in model.state_dict().items()}))
+
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.3)
+    kept = fit(model, optimizer, train, val, cfg, 0, make_accelerator(), on_epoch,
+               selector=(selector := EpochSelector(select, patience)))
+    scores = [s for s, _ in seen]
+    best = scores.index(max(scores)) + 1
+    expected = best if select == "best" else len(seen)
+    assert selector.kept_epoch == expected
+    for name, value in kept.state_dict().items():
+        assert torch.equal(value, seen[expected - 1][1][name])
+    if patience:
+        stop = next((e for e in range(1, 7) if e - (scores[:e].index(max(scores[:e])) + 1) >= patience), 6)
+        assert len(seen) == stop
+    else:
+        assert len(seen) == 6

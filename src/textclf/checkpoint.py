@@ -2,7 +2,8 @@
 
 Accelerate's save_state/load_state hold the model (safetensors), optimizer, scheduler and
 RNG states (read back with torch.load(weights_only=True)); `trainer_state.json` beside
-them holds the progress and whatever the stage adds (epoch rows, guard results, run id).
+them holds the progress and whatever the stage adds (epoch rows, guard results, run id),
+and `extra.safetensors` the stage's extra tensors (the best epoch's weights).
 
     models/checkpoint/latest.json          {"key", "dir", "epoch", "step"}: the one to trust
     models/checkpoint/epoch-2-step-0/      a complete checkpoint
@@ -24,11 +25,12 @@ from pathlib import Path
 from typing import Callable
 
 import torch
+from safetensors.torch import load_file, save_file
 
 from textclf.io import interrupt_pending, raise_if_interrupted, read_json, write_json
 
 log = logging.getLogger(__name__)
-LATEST, STATE = "latest.json", "trainer_state.json"
+LATEST, STATE, TENSORS = "latest.json", "trainer_state.json", "extra.safetensors"
 
 
 def training_key(settings: dict, data_files: dict[str, str | Path]) -> str:
@@ -58,6 +60,7 @@ class Checkpointer:
                  extra_state: Callable[[], dict] = dict, main: bool = True):
         self.folder, self.key, self.every, self.extra_state = Path(folder), key, every, extra_state
         self.main = main  # only the main process deletes (every rank reads)
+        self.extra_tensors: Callable[[], dict | None] = lambda: None  # e.g. the best epoch's weights
         self.resume: Progress | None = None
 
     def find(self) -> Progress | None:
@@ -77,6 +80,13 @@ class Checkpointer:
                  self.folder / info["dir"], state["epoch"], state["step"])
         return self.resume
 
+    def resumed_tensors(self) -> dict | None:
+        """The extra_tensors saved with the checkpoint found, if any."""
+        if self.resume is None:
+            return None
+        path = self.folder / read_json(self.folder / LATEST)["dir"] / TENSORS
+        return load_file(str(path)) if path.is_file() else None
+
     def restore(self, accelerator) -> Progress:
         """After accelerator.prepare: load the found checkpoint's states -> its progress."""
         if self.resume is None:
@@ -95,6 +105,9 @@ class Checkpointer:
         accelerator.wait_for_everyone()
         if not accelerator.is_main_process:
             return
+        tensors = self.extra_tensors()
+        if tensors:
+            save_file(tensors, str(tmp / TENSORS))
         write_json(tmp / STATE, {"key": self.key, "epoch": progress.epoch, "step": progress.step,
                                  "loss_sum": progress.loss_sum, "extra": progress.extra})
         shutil.rmtree(final, ignore_errors=True)

@@ -158,9 +158,12 @@ class TrainParams:
     checkpoint_every: int = ranged(0, 0)  # also save a checkpoint every N optimizer steps (0: per epoch only)
     keep_checkpoint: bool = False  # keep models/checkpoint after a successful training
     processes: int = ranged(1, 1, 64)  # >1: the stage reruns itself under torchrun (README, Team setup)
+    select: str = "best"  # best: keep the epoch with the best validation macro-F1 | last
+    patience: int = ranged(0, 0)  # stop after N epochs without a better validation macro-F1 (0: never)
 
     def __post_init__(self):
         _choice("train.precision", self.precision, PRECISIONS)
+        _choice("train.select", self.select, ("best", "last"))
         _choice("train.encoder", self.encoder, ("finetune", "freeze", "last_k"))
         _choice("train.optimizer", self.optimizer, ("adamw", "adam"))
         _choice("train.scheduler", self.scheduler, ("linear", "constant"))
@@ -184,6 +187,10 @@ class EvaluateParams:
     precision: str = "auto"  # as train.precision
     registered_model: str = "textclf"  # registry name: each evaluated training becomes a version
     register: bool = True  # false: no version, no alias moves (metrics and artifacts still logged)
+    bootstrap: int = ranged(10000, 100, 1000000)  # resamples for the accuracy-difference interval
+    alpha: float = ranged(0.05, 0, 0.5, low_open=True)  # significance level of the verdict
+    seed: int = ranged(42, 0, 2**32 - 1)  # bootstrap resampling
+    ensemble: bool = True  # also score the mean of the model's and the baseline's probabilities
 
     def __post_init__(self):
         _choice("evaluate.precision", self.precision, PRECISIONS)

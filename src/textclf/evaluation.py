@@ -6,6 +6,8 @@ import re
 import numpy as np
 from sklearn.metrics import accuracy_score, confusion_matrix, f1_score, precision_recall_fscore_support
 
+PROB_PREFIX = "prob_"  # prediction frames: one column of probabilities per class
+
 
 def classification_scores(y_true, y_pred) -> dict[str, float]:
     return {"accuracy": float(accuracy_score(y_true, y_pred)),
@@ -42,6 +44,12 @@ def mlflow_metrics(metrics: dict) -> dict[str, float]:
     for label, scores in metrics["per_class"].items():
         for name in ("precision", "recall", "f1"):
             flat[f"test_{name}.{mlflow_key(label)}"] = scores[name]
+    cmp = metrics.get("comparison") or {}
+    for name in ("mcnemar_p", "ci_low", "ci_high", "model_only", "baseline_only"):
+        if name in cmp:
+            flat[f"vs_baseline_{name}"] = cmp[name]
+    for name, value in (metrics.get("ensemble") or {}).items():
+        flat[f"ensemble_{name}"] = value
     return flat
 
 

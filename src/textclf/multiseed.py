@@ -1,21 +1,26 @@
-"""Mean ± sd of test metrics across DVC experiments, e.g. the same config over seeds:
+"""Model vs baseline over K split seeds, as queued DVC experiments:
 
-    for s in 1 2 3 4 5; do
-      dvc exp run --queue -S train.seed=$s -S split.seed=$s -n seed-$s
-    done
-    dvc queue start -j 1   # wait until `dvc queue status` shows them done
-    python -m textclf.multiseed --prefix seed-
+    python -m textclf.multiseed --source ../shared/data/bbc --preset benchmarks/bbc.preset
+    python -m textclf.multiseed --name bbc --summarize    # the table again, no new runs
+
+Each seed s runs the whole pipeline with split.seed=s (`dvc exp run --queue`, then
+`dvc queue start`), so model and baseline see the same test documents per seed. The table
+gives, per seed, both systems' accuracy, macro-F1 and errors; then mean ± sd, and the paired
+difference (model - baseline accuracy) with a 95 % t-interval over the seeds.
 """
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import logging
+import os
 import statistics
 import subprocess
+import time
 
 log = logging.getLogger("multiseed")
-METRICS = ("accuracy", "macro_f1", "gap.accuracy")
+POLL_SECONDS = 15
 
 
 def experiments(shown: list[dict]) -> dict[str, dict]:
@@ -30,38 +35,120 @@ def experiments(shown: list[dict]) -> dict[str, dict]:
     return out
 
 
-def lookup(metrics: dict, dotted: str) -> float:
-    for key in dotted.split("."):
-        metrics = metrics[key]
-    return float(metrics)
+def seed_row(seed: int, m: dict) -> dict:
+    n = m["n_test"]
+    return {"seed": seed, "n_test": n, "accuracy": m["accuracy"], "macro_f1": m["macro_f1"],
+            "errors": round(n * (1 - m["accuracy"])), "baseline_accuracy": m["baseline"]["accuracy"],
+            "baseline_macro_f1": m["baseline"]["macro_f1"],
+            "baseline_errors": round(n * (1 - m["baseline"]["accuracy"])),
+            "difference": m["accuracy"] - m["baseline"]["accuracy"],
+            "verdict": (m.get("comparison") or {}).get("verdict", "?")}
 
 
-def summarize(exps: dict[str, dict], names=METRICS) -> dict[str, tuple[float, float, int]]:
-    """{metric: (mean, sd, n)}; sd is the sample standard deviation (0 for one run)."""
-    summary = {}
-    for name in names:
-        values = [lookup(m, name) for m in exps.values()]
-        if values:
-            sd = statistics.stdev(values) if len(values) > 1 else 0.0
-            summary[name] = (statistics.fmean(values), sd, len(values))
-    return summary
+def t_interval(values: list[float], level: float = 0.95) -> tuple[float, float, float]:
+    """(mean, low, high): Student-t interval of the mean; one value gives (v, v, v)."""
+    from scipy.stats import t
+
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return mean, mean, mean
+    half = t.ppf((1 + level) / 2, len(values) - 1) * statistics.stdev(values) / len(values) ** 0.5
+    return mean, mean - half, mean + half
+
+
+def mean_sd(values: list[float]) -> str:
+    sd = statistics.stdev(values) if len(values) > 1 else 0.0
+    return f"{statistics.fmean(values) * 100:.2f} ± {sd * 100:.2f}"
+
+
+def table(rows: list[dict]) -> str:
+    """Markdown: one row per seed, then mean ± sd and the paired difference's interval."""
+    lines = ["| split seed | test docs | model acc | model macro-F1 | model errors | baseline acc "
+             "| baseline macro-F1 | baseline errors | difference (points) | verdict |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['seed']} | {r['n_test']} | {r['accuracy'] * 100:.2f} | {r['macro_f1'] * 100:.2f} "
+                     f"| {r['errors']} | {r['baseline_accuracy'] * 100:.2f} | {r['baseline_macro_f1'] * 100:.2f} "
+                     f"| {r['baseline_errors']} | {r['difference'] * 100:+.2f} | {r['verdict']} |")
+    col = {k: [r[k] for r in rows] for k in rows[0]}
+    mean, low, high = t_interval(col["difference"])
+    lines.append(f"| mean ± sd | | {mean_sd(col['accuracy'])} | {mean_sd(col['macro_f1'])} "
+                 f"| {statistics.fmean(col['errors']):.1f} | {mean_sd(col['baseline_accuracy'])} "
+                 f"| {mean_sd(col['baseline_macro_f1'])} | {statistics.fmean(col['baseline_errors']):.1f} "
+                 f"| {mean * 100:+.2f} | |")
+    lines.append(f"\nPaired difference over {len(rows)} split seeds: {mean * 100:+.2f} points, "
+                 f"95 % t-interval {low * 100:+.2f} to {high * 100:+.2f}.")
+    return "\n".join(lines)
+
+
+def read_preset(path: str | None) -> list[str]:
+    """key=value lines (blank lines and # comments skipped) -> -S overrides."""
+    if not path:
+        return []
+    if not os.path.isfile(path):
+        raise SystemExit(f"--preset {path}: no such file.")
+    lines = [line.split("#", 1)[0].strip() for line in open(path, encoding="utf-8")]
+    bad = [line for line in lines if line and "=" not in line]
+    if bad:
+        raise SystemExit(f"--preset {path}: lines must be key=value, got {bad[0]!r}.")
+    return [line for line in lines if line]
+
+
+def dvc(*args: str) -> str:
+    return subprocess.run(["dvc", *args], capture_output=True, text=True, check=True).stdout
+
+
+def queue_and_wait(names: dict[int, str], overrides: list[str], jobs: int) -> None:
+    for seed, name in names.items():
+        dvc("exp", "run", "--queue", "-n", name, "-S", f"split.seed={seed}",
+            *[a for o in overrides for a in ("-S", o)])
+    dvc("queue", "start", "-j", str(jobs))
+    log.info("queued %s; waiting (dvc queue status / dvc queue logs NAME show progress)", ", ".join(names.values()))
+    while True:
+        pending = [line for line in dvc("queue", "status").splitlines()
+                   if any(n in line for n in names.values()) and ("Queued" in line or "Running" in line)]
+        if not pending:
+            break
+        time.sleep(POLL_SECONDS)
+    failed = [line for line in dvc("queue", "status").splitlines()
+              if any(n in line for n in names.values()) and "Failed" in line]
+    if failed:
+        raise SystemExit("experiments failed (see `dvc queue logs NAME`):\n" + "\n".join(failed))
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--prefix", default="", help="only experiments whose name starts with this")
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4], help="split seeds")
+    parser.add_argument("--name", default="seeds", help="experiments are named NAME-s<seed>")
+    parser.add_argument("--source", help="corpus folder (ingest.source); default: params.yaml's")
+    parser.add_argument("--preset", help="a file of key=value params, one per line (# comments), "
+                                             "applied before -S; e.g. benchmarks/bbc.preset")
+    parser.add_argument("-S", "--set-param", dest="overrides", action="append", default=[],
+                        help="extra params, as for dvc exp run -S (repeatable)")
+    parser.add_argument("--jobs", type=int, default=1, help="experiments run at once (dvc queue start -j)")
+    parser.add_argument("--summarize", action="store_true", help="only print the table of finished runs")
+    parser.add_argument("--json", help="also write the per-seed rows to this JSON file")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    shown = json.loads(subprocess.run(["dvc", "exp", "show", "--json"], capture_output=True,
-                                      text=True, check=True).stdout)
-    exps = {n: m for n, m in experiments(shown).items() if n.startswith(args.prefix)}
-    if not exps:
-        raise SystemExit(f"no finished experiments named {args.prefix}* in `dvc exp show`; "
-                         "run them first (see --help).")
-    log.info("%d experiments: %s", len(exps), ", ".join(sorted(exps)))
-    for name, (mean, sd, n) in summarize(exps).items():
-        log.info("%-14s %.4f ± %.4f  (n=%d)", name, mean, sd, n)
+    names = {seed: f"{args.name}-s{seed}" for seed in args.seeds}
+    if not args.summarize:
+        if args.source and not os.path.isdir(args.source):
+            raise SystemExit(f"--source {args.source}: no such folder (a folder per class).")
+        # absolute: queued experiments run in a copy under .dvc/tmp/exps/
+        source = [f"ingest.source={os.path.abspath(args.source)}"] if args.source else []
+        overrides = read_preset(args.preset) + args.overrides + source
+        queue_and_wait(names, overrides, args.jobs)
+    exps = experiments(json.loads(dvc("exp", "show", "--json")))
+    missing = [n for n in names.values() if n not in exps]
+    if missing:
+        raise SystemExit(f"no finished experiment named {', '.join(missing)} in `dvc exp show`; "
+                         "run them first (drop --summarize).")
+    rows = [seed_row(seed, exps[name]) for seed, name in names.items()]
+    log.info("%s: %d split seeds, experiments %s-s*\n%s", datetime.date.today(), len(rows), args.name,
+             table(rows))
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as fh:
+            json.dump(rows, fh, indent=1)
 
 
 if __name__ == "__main__":

@@ -19,13 +19,13 @@ import pandas as pd
 from transformers import AutoTokenizer
 
 from textclf.corpus import decode
+from textclf.evaluation import PROB_PREFIX
 from textclf.io import read_json, run_stage
 from textclf.modeling import load_classifier
 from textclf.tokens import tokenize_texts
 from textclf.training import inference_device, predict_proba
 
 log = logging.getLogger("predict")
-PROB_PREFIX = "prob_"
 
 
 def probability_frame(probs: np.ndarray, labels: list[str]) -> pd.DataFrame:

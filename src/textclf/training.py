@@ -169,18 +169,64 @@ def train_steps(model: nn.Module, optimizer: torch.optim.Optimizer, scheduler, l
     return loss_sum, step
 
 
+class EpochSelector:
+    """train.select / train.patience. Tracks the epoch with the best validation macro-F1 (the
+    first one on ties) and, for `best`, a CPU copy of its weights, so the test split never
+    chooses anything. `state` and `weights` come from a checkpoint on resume."""
+
+    def __init__(self, select: str = "last", patience: int = 0, state: dict | None = None,
+                 weights: dict[str, torch.Tensor] | None = None):
+        self.select, self.patience = select, patience
+        self.best_epoch, self.best_score = (state or {}).get("best_epoch", 0), (state or {}).get("best_score", -1.0)
+        self.last_epoch = (state or {}).get("last_epoch", 0)
+        self.weights = weights
+
+    def state(self) -> dict:
+        return {"best_epoch": self.best_epoch, "best_score": self.best_score, "last_epoch": self.last_epoch}
+
+    def update(self, epoch: int, score: float, model: nn.Module) -> None:
+        self.last_epoch = epoch
+        if score > self.best_score:
+            self.best_epoch, self.best_score = epoch, score
+            if self.select == "best":  # separate copies: safetensors refuses shared (tied) storage
+                self.weights = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+
+    def should_stop(self) -> bool:
+        return self.patience > 0 and self.last_epoch - self.best_epoch >= self.patience
+
+    @property
+    def kept_epoch(self) -> int:
+        return self.best_epoch if self.select == "best" else self.last_epoch
+
+    def restore(self, model: nn.Module) -> int:
+        """Load the kept epoch's weights into `model` -> that epoch."""
+        if self.kept_epoch != self.last_epoch:
+            model.load_state_dict(self.weights)
+            log.info("keeping epoch %d (validation macro-F1 %.4f), not the last epoch %d",
+                     self.best_epoch, self.best_score, self.last_epoch)
+        return self.kept_epoch
+
+
 def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train: Split, val: Split,
         cfg: TrainParams, pad_id: int, accelerator: Accelerator,
-        on_epoch: Callable[[dict, np.ndarray], None], checkpointer=None) -> nn.Module:
+        on_epoch: Callable[[dict, np.ndarray], None], checkpointer=None,
+        selector: EpochSelector | None = None) -> nn.Module:
     """Train `model`; after each epoch call on_epoch(row, validation probabilities) with
     row = {'epoch', 'train_loss', 'val_accuracy', 'val_macro_f1'}. A checkpointer
-    (textclf.checkpoint) restores a found checkpoint and saves new ones."""
+    (textclf.checkpoint) restores a found checkpoint and saves new ones. A selector picks
+    the epoch whose weights are returned and may stop early (every rank decides alike: each
+    scores the whole validation split)."""
+    selector = selector or EpochSelector()
     loader = make_train_loader(train, cfg, pad_id)
     sampler = loader.batch_sampler  # Accelerate's set_epoch does not reach it once it is sharded
     scheduler = make_scheduler(optimizer, cfg.epochs * len(loader), cfg)
     model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, loader, scheduler)
     start = checkpointer.restore(accelerator) if checkpointer else Progress()
     for epoch in range(start.epoch + 1, cfg.epochs + 1):
+        if selector.should_stop():  # checked first, so a resumed training stops alike
+            log.info("stopping early before epoch %d: no better validation macro-F1 for %d epochs "
+                     "(train.patience)", epoch, selector.patience)
+            break
         loader.set_epoch(epoch)
         sampler.set_epoch(epoch)
         first, loss_start = (start.step, start.loss_sum) if epoch == start.epoch + 1 else (0, 0.0)
@@ -196,8 +242,11 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train: Split, val: S
         row = {"epoch": epoch, "train_loss": train_loss,
                "val_accuracy": scores["accuracy"], "val_macro_f1": scores["macro_f1"]}
         log.info("epoch %d: %s", epoch, row)
+        selector.update(epoch, scores["macro_f1"], accelerator.unwrap_model(model))
         if accelerator.is_main_process:
             on_epoch(row, probs)
         if checkpointer is not None:
             checkpointer.after_epoch(accelerator, epoch)
-    return accelerator.unwrap_model(model)
+    model = accelerator.unwrap_model(model)
+    selector.restore(model)
+    return model
