@@ -11,8 +11,7 @@ import pandas as pd
 
 from textclf.config import load_params
 from textclf.io import run_stage, setup_logging, stage_parser, write_csv, write_json, write_parquet
-from textclf.modeling import load_tokenizer
-from textclf.tokens import length_histogram, length_stats, tokenize_texts
+from textclf.tokens import length_histogram, length_stats, load_ids_tokenizer, tokenize_texts
 
 log = logging.getLogger("tokenize")
 
@@ -28,7 +27,7 @@ def main(argv: list[str] | None = None) -> None:
     params = load_params(args.params)
     cfg, model = params["tokenize"], params["model"]
     corpus = pd.read_parquet(args.corpus)
-    tokenizer = load_tokenizer(model.name)
+    tokenizer = load_ids_tokenizer(model.name)
     ids, lengths = tokenize_texts(tokenizer, corpus["text"].tolist(), cfg.max_length, cfg.truncation)
     out = pd.DataFrame({"doc_id": corpus["doc_id"], "label": corpus["label"],
                         "input_ids": ids, "n_tokens": lengths})

@@ -1,5 +1,5 @@
 """The model registry: versions, the challenger and champion aliases, the promotion gate,
-and predicting from `models:/textclf@champion`. Real SQLite store; the encoder is the tiny
+and predicting from and serving `models:/textclf@champion`. Real SQLite store; the encoder is the tiny
 RANDOM BERT from conftest (wiring, not accuracy)."""
 import json
 import subprocess
@@ -10,7 +10,8 @@ from mlflow.tracking import MlflowClient
 
 from textclf.registry import SPLIT_TAG, promotion, split_hash
 
-from conftest import REPO, run_baseline, run_evaluate, run_train, venv_env
+from conftest import REPO, free_port, run_baseline, run_evaluate, run_train, server, venv_env
+from test_serving import invoke
 
 PASS = {"guard.load_audit": "pass", "guard.collapse": "pass", SPLIT_TAG: "s1", "test_macro_f1": "0.8"}
 
@@ -74,3 +75,9 @@ def test_versions_aliases_gate_and_predict_from_champion(prepared):
                              input=text, capture_output=True, text=True, env=env, cwd=tmp)
     assert missing.returncode == 1 and "models:/textclf@nope" in missing.stderr
     assert "Traceback" not in missing.stderr
+    url = f"http://127.0.0.1:{free_port()}"
+    cmd = [sys.executable, "-m", "mlflow", "models", "serve", "-m", "models:/textclf@champion",
+           "-h", "127.0.0.1", "-p", url.rsplit(":", 1)[1], "--env-manager", "local"]
+    with server(cmd, tmp, f"{url}/ping", tmp / "serve.log", env=env):
+        status, answer = invoke(url, [text])
+    assert status == 200 and answer["predictions"][0]["label"] == champion.stdout.split("\t")[1]

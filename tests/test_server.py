@@ -19,8 +19,9 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
-from conftest import GIT_ENV, REPO, copy_repo, dvc, dvc_run, free_port, write_params
+from conftest import GIT_ENV, REPO, copy_repo, dvc, dvc_run, free_port, server, venv_env, write_params
 from test_browser import SHOTS, browser, wait_for_text  # noqa: F401  (browser is a fixture)
+from test_serving import invoke
 
 SCRIPT = REPO / "scripts" / "server.sh"
 LABELS = {"business", "entertainment", "politics", "sport", "tech"}
@@ -127,6 +128,25 @@ def test_dvc_repro_logs_the_pipeline_to_the_server(served, team):
     got = model.predict(pd.DataFrame({"text": ["Shares fell after the profit warning."]}))
     assert got["label"].iloc[0] in LABELS
     assert abs(got.filter(like="prob_").sum(axis=1).iloc[0] - 1) < 1e-5
+
+
+def test_the_champion_predicts_and_serves_from_the_server(served, team, tmp_path):
+    """`models:/textclf@champion` resolves through the server's registry for textclf.predict
+    and for `mlflow models serve`, and both give the same label."""
+    repo, _ = served
+    assert json.loads((repo / "reports/metrics.json").read_text())["registry"]["champion"] == 1
+    env = {**venv_env(), "MLFLOW_TRACKING_URI": team.url, "PYTHONPATH": str(REPO)}
+    text = "Shares fell after the profit warning."
+    cli = subprocess.run([sys.executable, "-m", "textclf.predict", "models:/textclf@champion"],
+                         input=text, capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert cli.returncode == 0, cli.stderr[-2000:]
+    url = f"http://127.0.0.1:{free_port()}"
+    cmd = [sys.executable, "-m", "mlflow", "models", "serve", "-m", "models:/textclf@champion",
+           "-h", "127.0.0.1", "-p", url.rsplit(":", 1)[1], "--env-manager", "local"]
+    with server(cmd, tmp_path, f"{url}/ping", tmp_path / "serve.log", env={"MLFLOW_TRACKING_URI": team.url}):
+        status, answer = invoke(url, [text])
+    assert status == 200
+    assert answer["predictions"][0]["label"] == cli.stdout.split("\t")[1] in LABELS
 
 
 def test_the_server_ui_shows_the_run_and_its_artifacts(served, team, browser):  # noqa: F811

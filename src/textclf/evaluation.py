@@ -1,24 +1,46 @@
-"""Test-set metrics: accuracy, macro-F1, per-class precision/recall/F1, confusion matrix."""
+"""Test-set metrics: accuracy, macro-F1, per-class precision/recall/F1, confusion matrix.
+
+Plain numpy, not scikit-learn: importing sklearn.metrics (and scipy under it) costs about a
+second in each stage that scores, and train, evaluate and report need nothing else from it.
+The formulas are sklearn's with zero_division=0 (tests/test_evaluation.py checks them).
+"""
 from __future__ import annotations
 
 import re
 
 import numpy as np
-from sklearn.metrics import accuracy_score, confusion_matrix, f1_score, precision_recall_fscore_support
 
 PROB_PREFIX = "prob_"  # prediction frames: one column of probabilities per class
 
 
+def confusion(y_true: np.ndarray, y_pred: np.ndarray, n: int) -> np.ndarray:
+    """(n, n) counts for integer classes 0..n-1; rows actual, columns predicted."""
+    return np.bincount(np.asarray(y_true) * n + np.asarray(y_pred), minlength=n * n).reshape(n, n)
+
+
+def per_class_scores(matrix: np.ndarray) -> tuple[np.ndarray, ...]:
+    """-> precision, recall, F1, support per class; 0 where a ratio has nothing to count."""
+    tp = np.diag(matrix).astype(float)
+    predicted, support = matrix.sum(axis=0), matrix.sum(axis=1)
+    fp, fn = predicted - tp, support - tp
+
+    def ratio(num, den):
+        return np.divide(num, den, out=np.zeros_like(num, dtype=float), where=den > 0)
+    return ratio(tp, predicted), ratio(tp, support), ratio(2 * tp, 2 * tp + fp + fn), support
+
+
 def classification_scores(y_true, y_pred) -> dict[str, float]:
-    return {"accuracy": float(accuracy_score(y_true, y_pred)),
-            "macro_f1": float(f1_score(y_true, y_pred, average="macro", zero_division=0))}
+    """Accuracy and macro-F1 over the classes seen in either (labels of any type)."""
+    y_true, y_pred = np.asarray(y_true), np.asarray(y_pred)
+    classes = np.union1d(y_true, y_pred)
+    matrix = confusion(np.searchsorted(classes, y_true), np.searchsorted(classes, y_pred), len(classes))
+    return {"accuracy": float((y_true == y_pred).mean()),
+            "macro_f1": float(per_class_scores(matrix)[2].mean())}
 
 
 def test_metrics(y_true: np.ndarray, y_pred: np.ndarray, labels: list[str]) -> dict:
-    ids = list(range(len(labels)))
-    precision, recall, f1, support = precision_recall_fscore_support(
-        y_true, y_pred, labels=ids, zero_division=0)
-    matrix = confusion_matrix(y_true, y_pred, labels=ids)  # rows: actual, columns: predicted
+    matrix = confusion(y_true, y_pred, len(labels))  # rows: actual, columns: predicted
+    precision, recall, f1, support = per_class_scores(matrix)
     return {
         **classification_scores(y_true, y_pred),
         "n_test": int(len(y_true)),

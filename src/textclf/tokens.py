@@ -4,12 +4,50 @@ Padding happens per batch at train time (dynamic padding), so nothing here pads.
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
+
+from textclf.model_source import resolve_model_name
 
 TRUNCATIONS = ("head", "tail", "head+tail")
 # Sun et al. 2019 ("How to Fine-Tune BERT for Text Classification?") keep the first
 # 128 and last 382 of 510 tokens: about a quarter from the head.
 HEAD_SHARE = 0.25
+
+
+class RustTokenizer:
+    """A model's tokenizer.json run by the `tokenizers` library alone, called like a
+    transformers tokenizer for what tokenize_texts needs. transformers' fast tokenizers wrap
+    the same object, so the ids are the same (tested), but importing transformers pulls in
+    torch: about 5 s of the tokenize stage's start-up against 0.1 s (benchmarks/startup.py)."""
+
+    def __init__(self, path: str | Path):
+        from tokenizers import Tokenizer
+
+        self.tokenizer = Tokenizer.from_file(str(path))
+        # tokenizer.json may carry a truncation and padding (MiniLM's: 128 tokens, padded);
+        # transformers turns them off unless asked, and so does this
+        self.tokenizer.no_truncation()
+        self.tokenizer.no_padding()
+
+    def __call__(self, texts: str | list[str], add_special_tokens: bool = True, verbose: bool = False):
+        single = isinstance(texts, str)
+        encoded = self.tokenizer.encode_batch([texts] if single else list(texts),
+                                              add_special_tokens=add_special_tokens)
+        ids = [e.ids for e in encoded]
+        return {"input_ids": ids[0] if single else ids}
+
+
+def load_ids_tokenizer(name: str):
+    """The tokenizer of model.name for tokenize_texts: its tokenizer.json without transformers
+    where the model is a folder or a package, else (a hub id) transformers' own."""
+    folder = Path(resolve_model_name(name))
+    if (folder / "tokenizer.json").is_file():
+        return RustTokenizer(folder / "tokenizer.json")
+    from textclf.modeling import load_tokenizer  # imports torch and transformers
+
+    return load_tokenizer(name)
 
 
 def truncate(body: list[int], budget: int, mode: str) -> list[int]:

