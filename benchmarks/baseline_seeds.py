@@ -74,8 +74,11 @@ def main(argv: list[str] | None = None) -> None:
                       "--report", str(work / "r.json"))
             stage(code, "split", params, "--corpus", str(work / "c.parquet"),
                   "--splits", str(work / "s.parquet"), "--counts", str(work / "n.json"))
+            # the baseline stage writes per-document predictions since issue 13; older --code does not
+            predictions = (["--predictions", str(work / "bp.parquet")]
+                           if "--predictions" in (Path(code) / "stages" / "baseline.py").read_text() else [])
             stage(code, "baseline", params, "--corpus", str(work / "c.parquet"),
-                  "--splits", str(work / "s.parquet"), "--out", str(work / "b.json"))
+                  "--splits", str(work / "s.parquet"), "--out", str(work / "b.json"), *predictions)
             scores = json.loads((work / "b.json").read_text())
             splits = pd.read_parquet(work / "s.parquet")
             spread, in_test = straddling(splits, groups)

@@ -11,7 +11,8 @@ import pandas as pd
 from textclf.batching import read_token_splits
 from textclf.comparison import compare, per_class_accuracy
 from textclf.config import load_params
-from textclf.evaluation import PROB_PREFIX, calibration, classification_scores, mlflow_metrics, test_metrics
+from textclf.evaluation import (PROB_PREFIX, calibration, classification_scores, metric_names, mlflow_metrics,
+                                test_metrics)
 from textclf.io import read_json, run_stage, setup_logging, stage_parser, write_csv, write_json, write_parquet
 from textclf.modeling import load_classifier
 from textclf.predict import probability_frame
@@ -105,7 +106,7 @@ def main(argv: list[str] | None = None) -> None:
     write_csv(pd.DataFrame([{"class": c, **{k: s[k] for k in ("f1", "precision", "recall")}}
                             for c, s in metrics["per_class"].items()]), args.per_class)
     add_to_run(run, metrics=mlflow_metrics(metrics), tags={"verdict": metrics["comparison"]["verdict"]},
-               artifacts=(args.metrics, args.confusion))
+               artifacts=(args.metrics, args.confusion), dicts={"class_names.json": metric_names(labels)})
     log.info("test accuracy %.4f, macro-F1 %.4f, ECE %.4f on %d documents; versus the baseline: %s",
              metrics["accuracy"], metrics["macro_f1"], metrics["ece"], metrics["n_test"],
              metrics["comparison"]["verdict"])

@@ -14,16 +14,17 @@ from textclf.comparison import WORSE
 from textclf.comparison import headline as verdict_line
 from textclf.config import flatten
 from textclf.document import Alert, Figure, Heading, Para, Table, to_html, to_markdown
-from textclf.evaluation import calibration
+from textclf.evaluation import calibration, metric_names
 from textclf.io import read_json, run_stage, setup_logging, stage_parser
 from textclf.tracking import add_to_run, check_store, dataset_sources, lock_tags, log_datasets
 
 log = logging.getLogger("report")
 MISTAKES = 20
+FAILED = ("fail", "collapsed")  # guard statuses that fail; warn and recovered only warn
 SNIPPET = 160  # characters of text shown per mistake
 
 
-def headline(metrics: dict) -> list:
+def headline(metrics: dict, collapsed_epochs: list[int] = ()) -> list:
     """Accuracy, macro-F1, the verdict against the TF-IDF baseline and every guard, at a glance."""
     base, gap = metrics["baseline"], metrics["gap"]
     blocks = [Para(f"**Test accuracy {metrics['accuracy']:.4f}, macro-F1 {metrics['macro_f1']:.4f}** "
@@ -38,9 +39,16 @@ def headline(metrics: dict) -> list:
         verdict = "moved to it" if reg["promoted"] else f"stays at version {reg['champion']}"
         blocks.append(Para(f"Model registry: `{reg['model']}` version {reg['version']} is the "
                            f"challenger; champion {verdict} ({reg['reason']})."))
-    failed = [n for n, status in metrics["guards"].items() if status != "pass"]
+    failed = [n for n, status in metrics["guards"].items() if status in FAILED]
     if failed:
         blocks.append(Alert(f"guards not passed: {', '.join(failed)}."))
+    warned = [f"{n}: {s}" for n, s in metrics["guards"].items() if s not in FAILED and s != "pass"]
+    if metrics["guards"].get("collapse") == "recovered":
+        warned.remove("collapse: recovered")
+        warned.append(f"collapse: recovered (epochs {', '.join(map(str, collapsed_epochs))} collapsed; "
+                      f"the kept epoch {metrics['kept_epoch']} did not, see the training curve)")
+    if warned:
+        blocks.append(Para("Guard warnings: " + "; ".join(warned) + "."))
     return blocks + [Table(["guard", "status"], [[n, s] for n, s in metrics["guards"].items()])]
 
 
@@ -100,17 +108,24 @@ def data_section(ingest: dict, tokens: dict, counts: dict, histogram: pd.DataFra
 
 def results_section(curve: pd.DataFrame, metrics: dict) -> list:
     labels = list(metrics["per_class"])
+    names = metric_names(labels)
     return [
         Heading("Training curve"),
         Figure("training loss and validation scores per epoch", figures.training_curves(curve)),
+        Para("Per epoch: the validation scores, the top class's share of validation predictions "
+             "and the prediction entropy (the collapse detector's inputs), and whether that epoch "
+             "collapsed."),
         Table(list(curve.columns), curve.round(4).astype(object).values.tolist()),
         Heading("Test metrics"),
         Para(f"Accuracy **{metrics['accuracy']:.4f}**, macro-F1 **{metrics['macro_f1']:.4f}** "
              f"on {metrics['n_test']} documents, with the weights of epoch {metrics['kept_epoch']} "
              "(`train.select`)."),
-        Table(["class", "precision", "recall", "F1", "support"],
-              [[c] + [f"{s[k]:.3f}" for k in ("precision", "recall", "f1")] + [s["support"]]
+        Table(["class", "precision", "recall", "F1", "support", "MLflow name"],
+              [[c] + [f"{s[k]:.3f}" for k in ("precision", "recall", "f1")] + [s["support"], names[c]]
                for c, s in metrics["per_class"].items()]),
+        Para("Per-class metrics are logged as `test_f1.<MLflow name>` (and precision, recall); a "
+             "name that needed characters replaced carries a hash of the class name, and the run's "
+             "`class_names.json` maps every class to its name."),
         Heading("Confusion matrix (rows: actual, columns: predicted)"),
         Table([""] + labels, [[a] + [metrics["confusion"][a][p] for p in labels] for a in labels])]
 
@@ -153,10 +168,12 @@ def build(args) -> tuple[list, bytes, dict, dict]:
     tags = lock_tags(yaml.safe_load(lock_file.read_text()) if lock_file.is_file() else {},
                      running="report", datasets=datasets)
     predictions = pd.read_parquet(args.predictions)
-    blocks = [Heading("Training report", 1)] + headline(metrics)
+    curve = pd.read_csv(args.curve)
+    collapsed = curve.loc[curve["collapsed"] == 1, "epoch"].tolist()
+    blocks = [Heading("Training report", 1)] + headline(metrics, collapsed)
     blocks += data_section(read_json(args.ingest_report), read_json(args.token_stats),
                            read_json(args.split_counts), pd.read_csv(args.histogram))
-    blocks += results_section(pd.read_csv(args.curve), metrics)
+    blocks += results_section(curve, metrics)
     blocks += baseline_section(metrics)
     confusion = figures.confusion_heatmap(metrics["confusion"])
     blocks += [Figure("confusion matrix", confusion)]

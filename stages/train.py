@@ -39,7 +39,8 @@ from textclf.training import EpochSelector, fit, make_accelerator
 
 log = logging.getLogger("train")
 LOGGED_SECTIONS = ("ingest", "tokenize", "split", "model", "train")
-CURVE_FIELDS = ["epoch", "train_loss", "val_accuracy", "val_macro_f1", "top_share", "pred_entropy"]
+CURVE_FIELDS = ["epoch", "train_loss", "val_accuracy", "val_macro_f1", "top_share", "pred_entropy",
+                "collapsed"]
 
 
 class NoTracking:
@@ -72,13 +73,14 @@ class GuardBook:
 
 
 class EpochLogger:
-    """Per-epoch rows to a CSV (DVC plots) and MLflow, plus the collapse detector. `rows`
-    from a checkpoint are written to the CSV again but not logged again."""
+    """Per-epoch rows to a CSV (DVC plots) and MLflow, plus the collapse detector, whose
+    verdict is on the kept epoch (judge). `rows` and `history` from a checkpoint are written
+    to the CSV again but not logged again."""
 
     def __init__(self, path: str, y_val: list[int], labels: list[str], cfg, book: GuardBook,
-                 rows: list[dict] | None = None):
+                 rows: list[dict] | None = None, history: list[dict] | None = None):
         self.path, self.y_val, self.labels, self.cfg, self.book = Path(path), y_val, labels, cfg, book
-        self.rows = list(rows or [])
+        self.rows, self.history = list(rows or []), list(history or [])  # history: collapse_check per epoch
         self.write()
 
     def write(self) -> None:
@@ -87,19 +89,28 @@ class EpochLogger:
     def __call__(self, row: dict, probs) -> None:
         stats = guards.collapse_check(probs.argmax(axis=1), self.y_val, self.labels,
                                       self.cfg.collapse_share)
-        row = {**row, "top_share": stats["top_share"], "pred_entropy": stats["pred_entropy"]}
+        self.history.append({"epoch": row["epoch"], **stats})
+        row = {**row, "top_share": stats["top_share"], "pred_entropy": stats["pred_entropy"],
+               "collapsed": int(stats["collapsed"])}
         self.rows.append({k: row[k] for k in CURVE_FIELDS})
         self.write()
         mlflow.log_metrics({k: v for k, v in row.items() if k != "epoch"}, step=row["epoch"])
         if stats["collapsed"]:
-            message = guards.collapse_message(stats)
-            log.warning(message)
-            self.book.record("collapse", "collapsed", message, epoch=row["epoch"], **stats)
-            if self.cfg.fail_on_collapse:
-                raise ValueError(message + " (train.fail_on_collapse is true)")
-        elif "collapse" not in self.book.results or self.book.results["collapse"]["status"] == "pass":
-            self.book.record("collapse", "pass", f"top class share {stats['top_share']:.0%}",
-                             epoch=row["epoch"], **stats)
+            log.warning("epoch %d: %s", row["epoch"], guards.collapse_message(stats))
+        self.judge(row["epoch"])  # for now, as if this epoch were kept
+
+    def judge(self, kept_epoch: int, final: bool = False) -> str:
+        """Record the collapse guard for the kept epoch -> its status. With `final`,
+        fail_on_collapse fails the stage when the kept model is collapsed (never on an
+        earlier epoch the training recovered from)."""
+        status, message = guards.judge_collapse(self.history, kept_epoch)
+        collapsed = [h["epoch"] for h in self.history if h["collapsed"]]
+        self.book.record("collapse", status, message, epoch=kept_epoch, collapsed_epochs=collapsed)
+        if final and status != "pass":
+            log.warning("collapse guard: %s: %s", status, message)
+        if final and status == "collapsed" and self.cfg.fail_on_collapse:
+            raise ValueError(message + " (train.fail_on_collapse is true)")
+        return status
 
 
 def prepare(params, splits, labels, pad_id, book: GuardBook):
@@ -161,13 +172,15 @@ def train_and_save(args, params, splits, labels, tokenizer, accelerator, ckpt: C
         log_datasets(run.info.run_id, {"tokens": args.tokens, "splits": args.splits}, "training")
     extra = resume.extra if resume else {}
     book = GuardBook(args.guards, tracker, extra.get("guards"))
-    epochs = EpochLogger(args.curve, splits["validation"].labels, labels, cfg, book, extra.get("rows"))
+    epochs = EpochLogger(args.curve, splits["validation"].labels, labels, cfg, book, extra.get("rows"),
+                         extra.get("collapse"))
     if resume and not reopened:  # a new run: give it the epochs trained before the interruption
         for row in epochs.rows:
             tracker.log_metrics({k: v for k, v in row.items() if k != "epoch"}, step=row["epoch"])
     selector = EpochSelector(cfg.select, cfg.patience, extra.get("selector"), ckpt.resumed_tensors())
     ckpt.extra_state = lambda: {"run_id": run and run.info.run_id, "rows": epochs.rows,
-                                "guards": book.results, "selector": selector.state()}
+                                "collapse": epochs.history, "guards": book.results,
+                                "selector": selector.state()}
     ckpt.extra_tensors = lambda: selector.weights if accelerator.is_main_process else None
     model, optimizer, encoder = prepare(params, splits, labels, tokenizer.pad_token_id, book)
     before = guards.snapshot(model)  # the seeded initial weights, rebuilt the same on resume
@@ -177,6 +190,7 @@ def train_and_save(args, params, splits, labels, tokenizer, accelerator, ckpt: C
     if not accelerator.is_main_process:
         return
     tracker.log_metrics({"kept_epoch": selector.kept_epoch, "epochs_trained": selector.last_epoch})
+    epochs.judge(selector.kept_epoch, final=True)  # the guards judge the model that is kept
     rows = guards.weight_movement(model, before, encoder)
     write_csv(pd.DataFrame(rows), args.movement)
     mlflow.log_artifact(args.movement)

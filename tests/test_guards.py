@@ -137,3 +137,25 @@ def test_collapse_check():
     assert not guards.collapse_check(y, y, list("abcd"), 0.9)["collapsed"]
     skewed = np.array([0] * 95 + [1] * 5)  # a class that really is 95 %: not a collapse
     assert not guards.collapse_check(skewed, skewed, list("ab"), 0.9)["collapsed"]
+
+
+def _epoch(epoch: int, collapsed: bool) -> dict:
+    y_true = np.arange(9) % 3
+    stats = guards.collapse_check(np.zeros(9, int) if collapsed else y_true, y_true, ["a", "b", "c"], 0.9)
+    assert stats["collapsed"] == collapsed
+    return {"epoch": epoch, **stats}
+
+
+def test_collapse_guard_judges_the_kept_epoch():
+    history = [_epoch(1, True), _epoch(2, False), _epoch(3, False)]
+    status, message = guards.judge_collapse(history, 3)
+    assert status == "recovered" and message.startswith("epoch 1 collapsed, but the kept epoch 3 did not")
+    two = [_epoch(1, True), _epoch(2, True), _epoch(3, False)]
+    assert guards.judge_collapse(two, 3)[1].startswith("epochs 1, 2 collapsed")
+    status, message = guards.judge_collapse([_epoch(1, False), _epoch(2, True)], 2)
+    assert status == "collapsed" and message.startswith("epoch 2 (the kept one): predictions collapsed")
+    assert guards.judge_collapse([_epoch(1, False), _epoch(2, False)], 1)[0] == "pass"
+    # select: best may keep an epoch before a later collapse: recovered, not collapsed
+    assert guards.judge_collapse([_epoch(1, False), _epoch(2, True)], 1)[0] == "recovered"
+    with pytest.raises(ValueError, match="no validation result for the kept epoch 4"):
+        guards.judge_collapse(history, 4)

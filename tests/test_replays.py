@@ -51,3 +51,5 @@ def test_seed_settings_warn_and_collapse(bbc):
     assert stats["collapsed"], stats
     assert stats["top_share"] >= 0.9 and stats["top_true_share"] == pytest.approx(0.2)
     assert "collapsed to class" in guards.collapse_message(stats)
+    # one epoch, so the kept epoch is the collapsed one: the guard says collapsed, not recovered
+    assert guards.judge_collapse([{"epoch": 1, **stats}], 1)[0] == "collapsed"

@@ -44,11 +44,13 @@ def test_ece_is_zero_when_confidence_matches_accuracy_and_measures_the_gap_other
 
 def test_html_escapes_text_and_embeds_figures_markdown_escapes_pipes():
     blocks = [Para("**bold** and `code` <script>x</script>"),
-              Table(["a|b", "c"], [["<b>cell</b>", "x|y"]]), Figure("fig <1>", b"\x89PNG")]
+              Table(["a|b", "c"], [["<b>cell</b>", "x|y"], [[2, 3], "recovered"]]),
+              Figure("fig <1>", b"\x89PNG")]
     page = to_html(blocks, "title")
     assert "<strong>bold</strong>" in page and "<code>code</code>" in page
     assert "<script>" not in page and "&lt;b&gt;cell&lt;/b&gt;" in page
     assert "src='data:image/png;base64,iVBORw==" in page and "fig &lt;1&gt;" in page
+    assert "<td>[2, 3]</td>" in page and '<span class="note">recovered</span>' in page  # a list cell
     md = to_markdown(blocks)
     assert "| a\\|b | c |" in md and "x\\|y" in md and "Figure: fig <1>" in md
 

@@ -7,6 +7,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
 
 from textclf.config import BaselineParams
+from textclf.evaluation import classification_scores
 
 
 def fit_and_predict(train_texts: list[str], train_y: list[str], test_texts: list[str],
@@ -17,3 +18,10 @@ def fit_and_predict(train_texts: list[str], train_y: list[str], test_texts: list
         LogisticRegression(C=cfg.C, max_iter=2000, random_state=cfg.seed))
     model.fit(train_texts, train_y)
     return [str(c) for c in model.classes_], model.predict_proba(test_texts)
+
+
+def fit_and_score(train_texts: list[str], train_y: list[str], test_texts: list[str],
+                  test_y: list[str], cfg: BaselineParams) -> dict[str, float]:
+    """Test accuracy and macro-F1 alone (benchmarks/ingest_scale.py)."""
+    classes, probs = fit_and_predict(train_texts, train_y, test_texts, cfg)
+    return classification_scores(test_y, [classes[i] for i in probs.argmax(axis=1)])

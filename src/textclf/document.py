@@ -12,7 +12,10 @@ CSS = """body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;
 table{border-collapse:collapse;margin:.5rem 0 1rem}td,th{border:1px solid #ccc;padding:.25rem .5rem;
 text-align:left;vertical-align:top;font-size:.9rem}th{background:#f3f3f3}img{max-width:100%}
 .warn{background:#fdecea;border-left:4px solid #c62828;padding:.5rem 1rem;font-weight:bold}
-.pass{color:#2e7d32}.fail{color:#c62828;font-weight:bold}figure{margin:1rem 0}"""
+.pass{color:#2e7d32}.fail{color:#c62828;font-weight:bold}.note{color:#b26a00;font-weight:bold}figure{margin:1rem 0}"""
+
+
+STATUS_CLASS = {"pass": "pass", "fail": "fail", "collapsed": "fail", "warn": "note", "recovered": "note"}
 
 
 @dataclass
@@ -71,8 +74,8 @@ def to_markdown(blocks: list) -> str:
 
 def _status_cell(value) -> str:
     text = html.escape(str(value))
-    if value in ("pass", "fail", "collapsed"):
-        return f'<span class="{"pass" if value == "pass" else "fail"}">{text}</span>'
+    if isinstance(value, str) and value in STATUS_CLASS:
+        return f'<span class="{STATUS_CLASS[value]}">{text}</span>'
     return text
 
 

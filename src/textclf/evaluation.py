@@ -6,7 +6,9 @@ The formulas are sklearn's with zero_division=0 (tests/test_evaluation.py checks
 """
 from __future__ import annotations
 
+import hashlib
 import re
+from collections import Counter
 
 import numpy as np
 
@@ -52,9 +54,23 @@ def test_metrics(y_true: np.ndarray, y_pred: np.ndarray, labels: list[str]) -> d
     }
 
 
-def mlflow_key(name: str) -> str:
-    """MLflow keys allow letters, digits, _ - . space and /; class names may hold anything."""
-    return re.sub(r"[^\w\-. /]", "_", name, flags=re.ASCII)
+def metric_names(labels: list[str]) -> dict[str, str]:
+    """Class name -> the name its metrics get in MLflow, one-to-one. MLflow keys allow
+    letters, digits, _ - . space and /; a name that needed replacing gets `-` and 6 hex
+    digits of its md5, so `C++` (`C__-<hash>`) never meets a class named `C__`, and accent-only
+    variants (`Ünïcode`, `Ųnïcode`) stay apart. Logged as class_names.json."""
+    names = {}
+    for label in labels:
+        safe = re.sub(r"[^\w\-. /]", "_", label, flags=re.ASCII)
+        names[label] = safe if safe == label else f"{safe}-{hashlib.md5(label.encode()).hexdigest()[:6]}"
+    taken = Counter(names.values())
+    for label, name in names.items():  # a class literally named like another's hashed name
+        if taken[name] > 1 and name == label:
+            names[label] = f"{label}-{hashlib.md5(label.encode()).hexdigest()[:6]}"
+    if len(set(names.values())) != len(names):
+        raise ValueError(f"class names {sorted(labels)} map to colliding MLflow metric names "
+                         f"{sorted(names.values())}; rename a class folder.")
+    return names
 
 
 def mlflow_metrics(metrics: dict) -> dict[str, float]:
@@ -63,9 +79,10 @@ def mlflow_metrics(metrics: dict) -> dict[str, float]:
     for name in ("accuracy", "macro_f1"):
         flat[f"baseline_{name}"] = metrics["baseline"][name]
         flat[f"gap_{name}"] = metrics["gap"][name]
+    names = metric_names(list(metrics["per_class"]))
     for label, scores in metrics["per_class"].items():
         for name in ("precision", "recall", "f1"):
-            flat[f"test_{name}.{mlflow_key(label)}"] = scores[name]
+            flat[f"test_{name}.{names[label]}"] = scores[name]
     cmp = metrics.get("comparison") or {}
     for name in ("mcnemar_p", "ci_low", "ci_high", "model_only", "baseline_only"):
         if name in cmp:

@@ -22,11 +22,12 @@ def _png(fig) -> bytes:
 
 
 def training_curves(curve: pd.DataFrame) -> bytes:
-    """Train loss (left) and validation accuracy / macro-F1 (right) per epoch."""
+    """Train loss (left) and validation accuracy / macro-F1 / top class share (right) per
+    epoch: a collapse shows as the top share jumping towards 1."""
     fig, (loss_ax, val_ax) = plt.subplots(1, 2, figsize=(9, 3.2))
     loss_ax.plot(curve["epoch"], curve["train_loss"], marker="o")
     loss_ax.set(title="training loss", xlabel="epoch", ylabel="cross-entropy")
-    for column in ("val_accuracy", "val_macro_f1"):
+    for column in ("val_accuracy", "val_macro_f1", "top_share"):
         val_ax.plot(curve["epoch"], curve[column], marker="o", label=column.replace("val_", ""))
     val_ax.set(title="validation", xlabel="epoch", ylim=(0, 1.02))
     val_ax.legend(loc="lower right")

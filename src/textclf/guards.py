@@ -106,6 +106,26 @@ def collapse_message(stats: dict) -> str:
             f"{USUAL_LR}, with warmup (train.warmup_ratio) and clipping (train.max_grad_norm).")
 
 
+def judge_collapse(history: list[dict], kept_epoch: int) -> tuple[str, str]:
+    """The collapse guard's verdict on the model that is kept, from per-epoch collapse_check
+    results ({"epoch", **stats}): collapsed when the kept epoch is; recovered (a warning) when
+    only other epochs were, naming them; pass otherwise."""
+    kept = next((h for h in history if h["epoch"] == kept_epoch), None)
+    if kept is None:
+        raise ValueError(f"no validation result for the kept epoch {kept_epoch} "
+                         f"(epochs seen: {[h['epoch'] for h in history]}).")
+    others = [h["epoch"] for h in history if h["collapsed"] and h["epoch"] != kept_epoch]
+    if kept["collapsed"]:
+        return "collapsed", f"epoch {kept_epoch} (the kept one): {collapse_message(kept)}"
+    if others:
+        listed = ", ".join(map(str, others))
+        return "recovered", (f"epoch{'s' if len(others) > 1 else ''} {listed} collapsed, but the kept "
+                             f"epoch {kept_epoch} did not: its top class {kept['top_class']!r} takes "
+                             f"{kept['top_share']:.0%} of validation predictions (prediction entropy "
+                             f"{kept['pred_entropy']:.2f} vs label entropy {kept['label_entropy']:.2f}).")
+    return "pass", f"epoch {kept_epoch}: top class share {kept['top_share']:.0%}"
+
+
 _LAYER = re.compile(r"^(.*?\.(?:layer|layers|h|block)\.\d+)\.")
 
 

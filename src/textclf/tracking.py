@@ -170,7 +170,8 @@ def run_exists(run_id: str) -> bool:
 
 
 def add_to_run(run: dict, metrics: dict | None = None, tags: dict | None = None,
-               artifacts: tuple = (), artifact_path: str | None = None) -> None:
+               artifacts: tuple = (), artifact_path: str | None = None,
+               dicts: dict[str, dict] | None = None) -> None:
     """Log into a finished training run (evaluate, report) without reopening it: its status
     and end time stay what training recorded, even when this stage fails."""
     from mlflow.entities import Metric, RunTag
@@ -180,6 +181,8 @@ def add_to_run(run: dict, metrics: dict | None = None, tags: dict | None = None,
                      tags=[RunTag(k, str(v)) for k, v in (tags or {}).items()])
     for path in artifacts:
         client.log_artifact(run["run_id"], str(path), artifact_path)
+    for name, content in (dicts or {}).items():  # as JSON artifacts named `name`
+        client.log_dict(run["run_id"], content, name)
 
 
 def log_datasets(run_id: str, files: dict[str, str], context: str) -> None:

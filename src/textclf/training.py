@@ -177,8 +177,9 @@ class EpochSelector:
     def __init__(self, select: str = "last", patience: int = 0, state: dict | None = None,
                  weights: dict[str, torch.Tensor] | None = None):
         self.select, self.patience = select, patience
-        self.best_epoch, self.best_score = (state or {}).get("best_epoch", 0), (state or {}).get("best_score", -1.0)
-        self.last_epoch = (state or {}).get("last_epoch", 0)
+        state = state or {}
+        self.best_epoch, self.best_score = state.get("best_epoch", 0), state.get("best_score", -1.0)
+        self.last_epoch = state.get("last_epoch", 0)
         self.weights = weights
 
     def state(self) -> dict:
