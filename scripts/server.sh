@@ -130,7 +130,7 @@ start_mlflow() {
   echo $! > "$PIDFILE"
   local waited=0
   until healthy; do
-    mlflow_pid > /dev/null || die "mlflow server exited at start: see $STATE/mlflow.log"
+    mlflow_pid > /dev/null || die "mlflow server exited at start: see $STATE/mlflow.log, which ends: $(tail -n 5 "$STATE/mlflow.log" | tr '\n' ' ')"
     [ "$waited" -lt 240 ] || die "mlflow server silent on $URL/health for 120 s: see $STATE/mlflow.log"
     sleep 0.5; waited=$((waited + 1))
   done
