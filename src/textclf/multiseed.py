@@ -138,7 +138,9 @@ def main(argv: list[str] | None = None) -> None:
         source = [f"ingest.source={os.path.abspath(args.source)}"] if args.source else []
         overrides = read_preset(args.preset) + args.overrides + source
         queue_and_wait(names, overrides, args.jobs)
-    exps = experiments(json.loads(dvc("exp", "show", "--json")))
+    # --all-commits: queued experiments hang off the commit they were queued on, which a later
+    # commit leaves behind; `dvc exp show` alone lists only those of the current one
+    exps = experiments(json.loads(dvc("exp", "show", "--json", "--all-commits")))
     missing = [n for n in names.values() if n not in exps]
     if missing:
         raise SystemExit(f"no finished experiment named {', '.join(missing)} in `dvc exp show`; "
