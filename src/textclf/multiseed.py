@@ -42,6 +42,7 @@ def seed_row(seed: int, m: dict) -> dict:
             "baseline_macro_f1": m["baseline"]["macro_f1"],
             "baseline_errors": round(n * (1 - m["baseline"]["accuracy"])),
             "difference": m["accuracy"] - m["baseline"]["accuracy"],
+            "ensemble_accuracy": (m.get("ensemble") or {}).get("accuracy", float("nan")),
             "verdict": (m.get("comparison") or {}).get("verdict", "?")}
 
 
@@ -64,18 +65,19 @@ def mean_sd(values: list[float]) -> str:
 def table(rows: list[dict]) -> str:
     """Markdown: one row per seed, then mean ± sd and the paired difference's interval."""
     lines = ["| split seed | test docs | model acc | model macro-F1 | model errors | baseline acc "
-             "| baseline macro-F1 | baseline errors | difference (points) | verdict |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| baseline macro-F1 | baseline errors | difference (points) | verdict | ensemble acc |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['seed']} | {r['n_test']} | {r['accuracy'] * 100:.2f} | {r['macro_f1'] * 100:.2f} "
                      f"| {r['errors']} | {r['baseline_accuracy'] * 100:.2f} | {r['baseline_macro_f1'] * 100:.2f} "
-                     f"| {r['baseline_errors']} | {r['difference'] * 100:+.2f} | {r['verdict']} |")
+                     f"| {r['baseline_errors']} | {r['difference'] * 100:+.2f} | {r['verdict']} "
+                     f"| {r['ensemble_accuracy'] * 100:.2f} |")
     col = {k: [r[k] for r in rows] for k in rows[0]}
     mean, low, high = t_interval(col["difference"])
     lines.append(f"| mean ± sd | | {mean_sd(col['accuracy'])} | {mean_sd(col['macro_f1'])} "
                  f"| {statistics.fmean(col['errors']):.1f} | {mean_sd(col['baseline_accuracy'])} "
                  f"| {mean_sd(col['baseline_macro_f1'])} | {statistics.fmean(col['baseline_errors']):.1f} "
-                 f"| {mean * 100:+.2f} | |")
+                 f"| {mean * 100:+.2f} | | {mean_sd(col['ensemble_accuracy'])} |")
     lines.append(f"\nPaired difference over {len(rows)} split seeds: {mean * 100:+.2f} points, "
                  f"95 % t-interval {low * 100:+.2f} to {high * 100:+.2f}.")
     return "\n".join(lines)
