@@ -42,11 +42,10 @@ def headline(metrics: dict, collapsed_epochs: list[int] = ()) -> list:
     failed = [n for n, status in metrics["guards"].items() if status in FAILED]
     if failed:
         blocks.append(Alert(f"guards not passed: {', '.join(failed)}."))
-    warned = [f"{n}: {s}" for n, s in metrics["guards"].items() if s not in FAILED and s != "pass"]
-    if metrics["guards"].get("collapse") == "recovered":
-        warned.remove("collapse: recovered")
-        warned.append(f"collapse: recovered (epochs {', '.join(map(str, collapsed_epochs))} collapsed; "
-                      f"the kept epoch {metrics['kept_epoch']} did not, see the training curve)")
+    recovered = (f" (epochs {', '.join(map(str, collapsed_epochs))} collapsed; the kept epoch "
+                 f"{metrics.get('kept_epoch')} did not, see the training curve)")
+    warned = [f"{n}: {s}" + (recovered if s == "recovered" else "")
+              for n, s in metrics["guards"].items() if s not in FAILED and s != "pass"]
     if warned:
         blocks.append(Para("Guard warnings: " + "; ".join(warned) + "."))
     return blocks + [Table(["guard", "status"], [[n, s] for n, s in metrics["guards"].items()])]

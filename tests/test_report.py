@@ -97,3 +97,9 @@ def test_data_section_shows_near_duplicate_groups_and_pairs():
     assert "detection is off" in to_markdown(near_duplicates_section({"enabled": False}))
     none = to_markdown(near_duplicates_section({**nd, "groups": 0, "top_pairs": []}))
     assert none.strip() == "Near-duplicates (word 5-shingles, Jaccard ≥ 0.5): none."
+
+
+def test_headline_lists_a_recovered_collapse_as_a_warning_naming_the_epochs():
+    text = to_markdown(headline({**metrics(0.0, {"collapse": "recovered"}), "kept_epoch": 3}, [1]))
+    assert "Guard warnings: collapse: recovered (epochs 1 collapsed; the kept epoch 3 did not" in text
+    assert "guards not passed" not in text
