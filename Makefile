@@ -1,4 +1,5 @@
-# Two entry points: `make repro` (the main job) and `make test` (the test suite).
+# Two entry points: `make repro` (the main job) and `make test` (the default test tier;
+# `make test-all` adds the slow tier, as CI does).
 # Both create .venv with Python 3.11 + pip on first use. `make bench`: the speed benchmark
 # (docs/benchmarks.md; about an hour on 2 cores, needs ../shared/data/bbc). `make server`,
 # `make server-stop`, `make server-status`: the team's tracking server (README, Team setup).
@@ -7,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: repro test install bench server server-stop server-status
+.PHONY: repro test test-all install bench server server-stop server-status
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,8 +25,17 @@ repro: $(STAMP)
 	$(BIN)/python -m textclf.preflight
 	PATH="$(CURDIR)/$(BIN):$$PATH" dvc repro
 
+# Two xdist workers, one per core (each test file runs on one worker, so a module's fixtures
+# are built once; tests/conftest.py builds the shared session fixtures once for both), a
+# random order (pytest-randomly prints its seed; PYTEST_ARGS=--randomly-seed=N replays it),
+# and the 15 slowest tests listed, so that a slow newcomer shows up the day it lands.
+PYTEST := $(BIN)/python -m pytest -n 2 --dist loadfile --durations=15
+
 test: $(STAMP)
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(PYTEST) -m "not slow" $(PYTEST_ARGS)
+
+test-all: $(STAMP)
+	$(PYTEST) $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python benchmarks/throughput.py --levers $(BENCH_ARGS)

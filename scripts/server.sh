@@ -61,6 +61,13 @@ healthy() {  # bash's /dev/tcp: no curl on a fresh machine, and no Python start-
 
 pg_running() { [ -f "$PGDATA/PG_VERSION" ] && as_pg "$PG/pg_ctl" -D "$PGDATA" status >/dev/null 2>&1; }
 
+alive() {  # $1 is a running process (a zombie, dead but not yet reaped, is not)
+  local stat
+  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+  stat=${stat##*) }
+  [ "${stat%% *}" != Z ]
+}
+
 mlflow_pid() {  # the pid in the pid file, if that process is still our mlflow server
   local pid
   pid=$(cat "$PIDFILE" 2>/dev/null) || return 1
@@ -119,6 +126,8 @@ start_mlflow() {
     echo "mlflow server already running at $URL"
     return
   fi
+  local log_size  # the log is appended to: its tail after a failed start is this start's
+  log_size=$(stat -c %s "$STATE/mlflow.log" 2>/dev/null || echo 0)
   # The password travels in the environment (libpq reads PGPASSWORD), not in the URI, which `ps` shows.
   # setsid: the server and its workers form one process group, which stop ends as a whole.
   MLFLOW_SERVER_ENABLE_JOB_EXECUTION=${MLFLOW_SERVER_ENABLE_JOB_EXECUTION:-false} \
@@ -127,10 +136,12 @@ start_mlflow() {
     --artifacts-destination "$STATE/mlartifacts" \
     --host 127.0.0.1 --port "$MLFLOW_PORT" --workers "$WORKERS" \
     >> "$STATE/mlflow.log" 2>&1 < /dev/null &
-  echo $! > "$PIDFILE"
-  local waited=0
+  local pid=$! waited=0
+  echo "$pid" > "$PIDFILE"
   until healthy; do
-    mlflow_pid > /dev/null || die "mlflow server exited at start: see $STATE/mlflow.log, which ends: $(tail -n 5 "$STATE/mlflow.log" | tr '\n' ' ')"
+    # alive, not "is our mlflow server": while setsid execs Python, /proc/PID/cmdline can be
+    # empty for a moment, which a loaded machine turned into a false "exited at start"
+    alive "$pid" || die "mlflow server exited at start: see $STATE/mlflow.log, which ends: $(tail -c "+$((log_size + 1))" "$STATE/mlflow.log" | tail -n 5 | tr '\n' ' ')"
     [ "$waited" -lt 240 ] || die "mlflow server silent on $URL/health for 120 s: see $STATE/mlflow.log"
     sleep 0.5; waited=$((waited + 1))
   done

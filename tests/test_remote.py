@@ -47,7 +47,7 @@ def test_a_teammate_pulls_and_nothing_runs_again(reproduced, tmp_path):
     # state that no remote carries, so it is left behind.
     shutil.copytree(src, origin, symlinks=True,
                     ignore=shutil.ignore_patterns("mlflow.db", "mlruns", "tmp"))
-    dvc(origin, "repro")  # no-op unless an earlier test left the shared repo changed
+    assert ran(dvc(origin, "repro")) == set()  # the shared repo is as `reproduced` left it
     dvc(origin, "remote", "add", "-d", "store", str(remote))
     git(origin, "add", "-A")
     git(origin, "commit", "-qm", "pipeline results and the team's remote")

