@@ -75,7 +75,9 @@ BUGS = [
 
 
 def failed_tests(output: str) -> list[str]:
-    return sorted(set(re.findall(r"^FAILED (\S+)", output, re.M)))
+    """pytest's FAILED lines -> test ids (a parametrized id cut at its first space gets its ']')."""
+    ids = re.findall(r"^FAILED (\S+)", output, re.M)
+    return sorted({i if "[" not in i or i.endswith("]") else i + "…]" for i in ids})
 
 
 def check(bug: Bug) -> list[str]:
