@@ -96,8 +96,6 @@ def test_two_processes_train_like_one(tmp_path, prepared_tiny, tiny_no_dropout, 
     one_against_two(tmp_path, batch_size=6)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 20: with 2 processes the short last batch is dropped "
-                                       "unless it comes last (Accelerate's BatchSamplerShard)")
 def test_two_processes_train_like_one_with_a_short_last_batch(tmp_path, prepared_tiny, tiny_no_dropout,
                                                               monkeypatch):
     """60 training documents in global batches of 8: 7 full batches and one of 4 (2 per process)."""

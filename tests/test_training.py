@@ -9,7 +9,8 @@ import torch
 from torch import nn
 
 from textclf import training
-from textclf.batching import Collator, LengthGroupedBatchSampler, Split, sorted_batches
+from textclf.batching import (PAD_LABEL, Collator, LengthGroupedBatchSampler, Padding, RankShard, Split,
+                              TokenDataset, sorted_batches)
 from textclf.config import EvaluateParams, TrainParams
 from textclf.training import (EpochSelector, fit, inference_device, lr_factor, make_accelerator,
                               make_scheduler, make_train_loader, precision_for, predict_proba,
@@ -25,6 +26,34 @@ def test_length_grouped_batches_cover_every_index_once_and_are_seeded():
     assert first == list(sampler)  # same seed and epoch: same batches
     sampler.set_epoch(2)
     assert first != list(sampler)  # a new epoch reshuffles
+
+
+def test_the_short_batch_comes_last():
+    sampler = LengthGroupedBatchSampler(list(range(1, 22)), batch_size=4, seed=0)
+    for epoch in range(3):
+        sampler.set_epoch(epoch)
+        assert [len(b) for b in sampler] == [4] * 5 + [1]
+
+
+@pytest.mark.parametrize("n, batch, world", [(21, 4, 2), (22, 6, 3), (9, 4, 4), (40, 8, 2)])
+def test_rank_shards_cover_every_global_batch_once(n, batch, world):
+    """Every process takes a share of every global batch, in the same step: the shares put
+    together are the global batch, so every document trains once per epoch, as on 1 process."""
+    whole = LengthGroupedBatchSampler(list(range(n)), batch, seed=1)
+    shards = [RankShard(LengthGroupedBatchSampler(list(range(n)), batch, seed=1), r, world) for r in range(world)]
+    for epoch in (1, 2):
+        whole.set_epoch(epoch)
+        for shard in shards:
+            shard.set_epoch(epoch)
+        steps = list(zip(*(list(s) for s in shards)))
+        assert len(steps) == len(whole) == len(shards[0])
+        for global_batch, parts in zip(whole, steps):
+            real = [i for part in parts for i in part if not isinstance(i, Padding)]
+            assert real == global_batch and all(parts)  # every process has something to run
+    # a last batch smaller than the processes: the empty shares are padding of weight 0
+    pads = [list(RankShard(LengthGroupedBatchSampler([5] * 9, 4, 0), r, 4))[-1] for r in range(4)]
+    assert sum(isinstance(i, Padding) for p in pads for i in p) == 3
+    assert TokenDataset([[1], [2]], [0, 1])[Padding(1)] == ([2], PAD_LABEL)
 
 
 def padding_fraction(batches, lengths):

@@ -15,6 +15,7 @@ from torch.utils.data import Dataset, Sampler
 # Batches are formed inside windows of this many batches, sorted by length there:
 # enough to group lengths well, small enough to keep the epoch order random.
 MEGABATCH = 50
+PAD_LABEL = -100  # the label of a padding entry: cross-entropy's ignore_index, so its weight is 0
 
 
 @dataclass
@@ -52,7 +53,13 @@ class TokenDataset(Dataset):
         return len(self.input_ids)
 
     def __getitem__(self, i: int):
+        if isinstance(i, Padding):
+            return self.input_ids[i], PAD_LABEL
         return self.input_ids[i], (-1 if self.labels is None else self.labels[i])
+
+
+class Padding(int):
+    """An index a sampler yields as padding: that document, trained on with weight 0."""
 
 
 class LengthGroupedBatchSampler(Sampler):
@@ -79,8 +86,34 @@ class LengthGroupedBatchSampler(Sampler):
             chunk = order[start:start + window]
             chunk = chunk[np.argsort(-self.lengths[chunk], kind="stable")]
             batches += [chunk[i:i + self.batch_size].tolist() for i in range(0, len(chunk), self.batch_size)]
-        for b in rng.permutation(len(batches)):
-            yield batches[b]
+        # the short batch (only the last window can leave one) comes last: RankShard splits it
+        # like any other, so N processes train on every document, in the steps one process takes
+        full = [b for b in batches if len(b) == self.batch_size]
+        for b in rng.permutation(len(full)):
+            yield full[b]
+        yield from (b for b in batches if len(b) < self.batch_size)
+
+
+class RankShard(Sampler):
+    """Process `rank` of `world`: its share of every global batch `batches` yields, a near-equal
+    contiguous slice, so that every document trains once per epoch on one of the processes,
+    in the step where one process would train it. The loss is weighted by the share (see
+    training.train_steps). A slice that comes out empty (a last batch smaller than `world`) is
+    one padding entry of weight 0: every process must take part in every step."""
+
+    def __init__(self, batches: LengthGroupedBatchSampler, rank: int, world: int):
+        self.batches, self.rank, self.world = batches, rank, world
+
+    def set_epoch(self, epoch: int) -> None:
+        self.batches.set_epoch(epoch)
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __iter__(self):
+        for batch in self.batches:
+            n = len(batch)
+            yield batch[n * self.rank // self.world:n * (self.rank + 1) // self.world] or [Padding(batch[0])]
 
 
 def sorted_batches(lengths: list[int], batch_size: int) -> list[list[int]]:

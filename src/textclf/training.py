@@ -19,7 +19,8 @@ from torch import nn
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
-from textclf.batching import Collator, LengthGroupedBatchSampler, Split, TokenDataset, sorted_batches
+from textclf.batching import (PAD_LABEL, Collator, LengthGroupedBatchSampler, RankShard, Split,
+                              TokenDataset, sorted_batches)
 from textclf.checkpoint import Progress
 from textclf.config import TrainParams
 from textclf.evaluation import classification_scores
@@ -56,8 +57,8 @@ def make_accelerator(precision: str = "auto") -> Accelerator:
     cuda = torch.cuda.is_available()
     mixed = mixed_precision_here(precision)
     try:
-        # split_batches: each batch the sampler yields is the global batch (train.batch_size),
-        # split evenly over the processes, so N processes take the steps one process takes
+        # split_batches: the prepared scheduler steps once per optimizer step, not once per
+        # process; the training loader itself is sharded by make_train_loader (RankShard)
         config = DataLoaderConfiguration(non_blocking=cuda, split_batches=True)
         # Accelerate runs several CPU processes (gloo) only when told cpu=True; without it,
         # each torchrun worker would train alone on all the data
@@ -116,10 +117,14 @@ def predict_proba(model: nn.Module, input_ids: list[list[int]], batch_size: int,
     return np.stack(out)
 
 
-def make_train_loader(train: Split, cfg: TrainParams, pad_id: int) -> DataLoader:
+def make_train_loader(train: Split, cfg: TrainParams, pad_id: int, rank: int = 0,
+                      world: int = 1) -> DataLoader:
     """Length-grouped, dynamically padded training batches (seeded per epoch), in pinned
-    memory on CUDA (see make_accelerator)."""
+    memory on CUDA (see make_accelerator). With `world` processes, this process's share of
+    each global batch of train.batch_size: not for accelerator.prepare, which would shard again."""
     sampler = LengthGroupedBatchSampler([len(s) for s in train.input_ids], cfg.batch_size, cfg.seed)
+    if world > 1:
+        sampler = RankShard(sampler, rank, world)
     return DataLoader(TokenDataset(train.input_ids, train.labels), batch_sampler=sampler,
                       collate_fn=Collator(pad_id), pin_memory=torch.cuda.is_available())
 
@@ -139,7 +144,9 @@ def train_steps(model: nn.Module, optimizer: torch.optim.Optimizer, scheduler, l
     A resumed epoch skips the `first_step` batches already trained on (their summed loss
     is `loss_start`); on_step(step, summed loss) runs after every optimizer step."""
     model.train()
-    loss_fn = nn.CrossEntropyLoss()
+    # summed, then weighted by this process's share of the global batch, so that the gradient
+    # averaged over N processes is the global batch's mean, whatever the shares (RankShard)
+    loss_fn = nn.CrossEntropyLoss(reduction="sum", ignore_index=PAD_LABEL)
     loss_sum = torch.full((), loss_start, device=accelerator.device)
     rng = torch.get_rng_state()  # as the checkpoint left it, when resuming
     bar = tqdm(loader, desc=desc, total=min(max_steps or len(loader), len(loader)),
@@ -150,9 +157,11 @@ def train_steps(model: nn.Module, optimizer: torch.optim.Optimizer, scheduler, l
             if step == 1:  # fetching the first batch drew from the CPU RNG, as the uninterrupted
                 torch.set_rng_state(rng)  # run did before its checkpoint: same dropout masks
             continue
+        batch = {k: v.to(accelerator.device, non_blocking=True) for k, v in batch.items()}
         with accelerator.autocast():
             logits = model(batch["input_ids"], batch["attention_mask"])  # (B, C)
-            loss = loss_fn(logits.float(), batch["labels"])
+            loss = loss_fn(logits.float(), batch["labels"]) * accelerator.num_processes / global_count(
+                batch["labels"], accelerator)
         accelerator.backward(loss)
         if cfg.max_grad_norm > 0:
             accelerator.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
@@ -167,6 +176,13 @@ def train_steps(model: nn.Module, optimizer: torch.optim.Optimizer, scheduler, l
         if step == max_steps:
             break
     return loss_sum, step
+
+
+def global_count(labels: torch.Tensor, accelerator: Accelerator) -> torch.Tensor:
+    """Documents in this step's global batch: this process's, summed over the processes
+    (one small all-reduce per step, only with several); padding entries do not count."""
+    count = (labels != PAD_LABEL).sum()
+    return accelerator.reduce(count, "sum") if accelerator.num_processes > 1 else count
 
 
 class EpochSelector:
@@ -218,17 +234,16 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train: Split, val: S
     the epoch whose weights are returned and may stop early (every rank decides alike: each
     scores the whole validation split)."""
     selector = selector or EpochSelector()
-    loader = make_train_loader(train, cfg, pad_id)
-    sampler = loader.batch_sampler  # Accelerate's set_epoch does not reach it once it is sharded
+    loader = make_train_loader(train, cfg, pad_id, accelerator.process_index, accelerator.num_processes)
+    sampler = loader.batch_sampler
     scheduler = make_scheduler(optimizer, cfg.epochs * len(loader), cfg)
-    model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, loader, scheduler)
+    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     start = checkpointer.restore(accelerator) if checkpointer else Progress()
     for epoch in range(start.epoch + 1, cfg.epochs + 1):
         if selector.should_stop():  # checked first, so a resumed training stops alike
             log.info("stopping early before epoch %d: no better validation macro-F1 for %d epochs "
                      "(train.patience)", epoch, selector.patience)
             break
-        loader.set_epoch(epoch)
         sampler.set_epoch(epoch)
         first, loss_start = (start.step, start.loss_sum) if epoch == start.epoch + 1 else (0, 0.0)
         on_step = None if checkpointer is None else (
