@@ -3,6 +3,7 @@ rewrite what MLflow recorded. Real stage processes (to see exactly what a user s
 real SQLite store; the encoder is conftest's tiny RANDOM BERT (wiring, not accuracy)."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -59,6 +60,20 @@ def test_unknown_model_name_is_one_line_saying_what_was_tried(prepared):
     line = one_error_line(proc)
     assert "model.name='no-such-model' could not be loaded" in line
     assert "local folder" in line and "installed model package" in line and "HF_HUB_OFFLINE" in line
+
+
+def test_a_model_folder_without_weights_is_named_with_what_it_lacks(tiny_random_bert, tmp_path):
+    """The folder exists: the message says what is missing, not "no folder"."""
+    from textclf.config import ModelParams
+    from textclf.modeling import build_model
+
+    folder = tmp_path / "model"
+    shutil.copytree(tiny_random_bert, folder, ignore=shutil.ignore_patterns("model.safetensors"))
+    with pytest.raises(ValueError) as caught:
+        build_model(ModelParams(name=str(folder)), ["a", "b"])
+    message = str(caught.value)
+    assert f"is the folder {folder}" in message and "lacks safetensors weights (model.safetensors" in message
+    assert "no folder" not in message and "config" not in message.split("lacks")[1]
 
 
 def test_unwritable_output_is_one_line_naming_the_path(prepared):

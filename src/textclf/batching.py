@@ -86,12 +86,8 @@ class LengthGroupedBatchSampler(Sampler):
             chunk = order[start:start + window]
             chunk = chunk[np.argsort(-self.lengths[chunk], kind="stable")]
             batches += [chunk[i:i + self.batch_size].tolist() for i in range(0, len(chunk), self.batch_size)]
-        # the short batch (only the last window can leave one) comes last: RankShard splits it
-        # like any other, so N processes train on every document, in the steps one process takes
-        full = [b for b in batches if len(b) == self.batch_size]
-        for b in rng.permutation(len(full)):
-            yield full[b]
-        yield from (b for b in batches if len(b) < self.batch_size)
+        for b in rng.permutation(len(batches)):  # the short batch too: RankShard splits it anywhere
+            yield batches[b]
 
 
 class RankShard(Sampler):

