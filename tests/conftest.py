@@ -1,5 +1,5 @@
-"""Shared fixtures, built once per session (per xdist worker) and then read-only: tests copy
-what they change. `tiny_random_bert` is a TINY, RANDOMLY INITIALISED BERT (NOT pretrained),
+"""Shared fixtures, built once per test run (for both xdist workers: `shared_once`) and then
+read-only: tests copy what they change. `tiny_random_bert` is a TINY, RANDOMLY INITIALISED BERT (NOT pretrained),
 used only where behaviour does not depend on pretrained weights (wiring, resume, processes,
 registry, serving, errors), for speed. The packaged MiniLM stays where pretraining matters:
 the load audit, the replays, head parity and the end-to-end `dvc repro` (`reproduced`)."""
@@ -24,7 +24,7 @@ from stages import tokenize as tokenize_stage
 
 REPO = Path(__file__).resolve().parents[1]
 BBC = REPO.parent / "shared" / "data" / "bbc"
-# Outputs of `prepare` (demo corpus ingested, tokenized, split) and of one training on them.
+# What `prepare` writes: params, the demo corpus ingested, tokenized and split.
 PREPARED_FILES = ("params.yaml", "c.parquet", "r.json", "t.parquet", "s.json", "h.csv", "sp.parquet",
                   "n.json")
 
@@ -130,10 +130,10 @@ def prepared_tiny(tmp_path_factory, tiny_random_bert) -> Path:
     return shared_once(tmp_path_factory, "prepared-tiny", build)
 
 
-def copy_prepared(src: Path, dst: Path, monkeypatch, files=PREPARED_FILES) -> list[str]:
-    """`files` of a prepared folder into `dst`; MLflow pointed at dst/mlflow.db, cwd dst
+def copy_prepared(src: Path, dst: Path, monkeypatch) -> list[str]:
+    """A prepared folder's files into `dst`; MLflow pointed at dst/mlflow.db, cwd dst
     -> the stages' --params argument."""
-    for name in files:
+    for name in PREPARED_FILES:
         shutil.copy2(src / name, dst / name)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{dst / 'mlflow.db'}")
     monkeypatch.chdir(dst)
