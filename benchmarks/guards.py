@@ -30,9 +30,9 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from stages import ingest, split, tokenize, train  # noqa: E402
+from textclf.severity import ALARM, with_severity  # noqa: E402
 
 log = logging.getLogger("guards-benchmark")
-ALARMS = ("fail", "collapsed")
 SMALL_CLASSES = {"business": "C++", "politics": "a b", "tech": "Ünïcode"}
 SEED_OPTIMISER = {"optimizer": "adam", "scheduler": "constant", "warmup_ratio": 0.0,
                   "max_grad_norm": 0.0, "lr_encoder": 1e-3, "lr_head": 1e-3, "batch_size": 4}
@@ -114,7 +114,7 @@ def run_case(case: Case, work: Path, base: dict) -> dict:
 
 
 def verdict(case: Case, result: dict) -> str:
-    alarm = result["error"] is not None or any(s in ALARMS for s in result["guards"].values())
+    alarm = result["error"] is not None or bool(with_severity(result["guards"], ALARM))
     if case.healthy:
         return "FALSE ALARM" if alarm else "ok"
     return "caught" if alarm else "MISSED"

@@ -27,11 +27,11 @@ from textclf.batching import Collator, LengthGroupedBatchSampler, Split, TokenDa
 from textclf.config import IngestParams, ModelParams, TrainParams
 from textclf.corpus import build_corpus
 from textclf.heads import SequenceClassifier
+from textclf.inference import inference_device, predict_proba
 from textclf.modeling import build_model, load_tokenizer
 from textclf.policy import make_optimizer, param_groups
 from textclf.tokens import tokenize_texts
-from textclf.training import (inference_device, make_accelerator, make_scheduler, make_train_loader,
-                              predict_proba, train_steps)
+from textclf.training import make_accelerator, make_scheduler, make_train_loader, train_steps
 
 
 def load_docs(spec: dict) -> tuple[list[str], list[int], list[str]]:

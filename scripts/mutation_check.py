@@ -46,8 +46,8 @@ BUGS = [
         "    if not accelerator.is_main_process:\n        return\n",
         '    if not accelerator.is_main_process:\n        mlflow.log_metric("rank_1_was_here", 1)\n        return\n',
         ("tests/test_multiprocess.py",)),
-    Bug("the champion alias moves to a version with lower macro-F1", "src/textclf/registry.py",
-        "    if new_f1 >= old_f1:", "    if new_f1 >= old_f1 - 0.5:",
+    Bug("the champion alias goes to the newest eligible version, not the best", "src/textclf/registry.py",
+        'key=lambda v: (float(v["test_macro_f1"]), int(v["version"]))', 'key=lambda v: int(v["version"])',
         ("tests/test_registry.py",)),
     Bug("evaluate reopens the training run (its end time changes)", "src/textclf/tracking.py",
         '    client, now = MlflowClient(run["tracking_uri"]), int(time.time() * 1000)\n',
@@ -69,7 +69,7 @@ BUGS = [
         '    if b"\\x00" in data:\n', "    if False:\n",
         ("tests/test_ingest.py",)),
     Bug("predict classifies an empty text", "src/textclf/predict.py",
-        "        if empty:\n            raise ValueError(", "        if False:\n            raise ValueError(",
+        "        if empty:\n            raise UserError(", "        if False:\n            raise UserError(",
         ("tests/test_serving.py",)),
 ]
 

@@ -13,12 +13,12 @@ from textclf.comparison import compare, per_class_accuracy
 from textclf.config import load_params
 from textclf.evaluation import (PROB_PREFIX, calibration, classification_scores, metric_names, mlflow_metrics,
                                 test_metrics)
-from textclf.io import read_json, run_stage, setup_logging, stage_parser, write_csv, write_json, write_parquet
+from textclf.inference import inference_device, predict_proba
+from textclf.io import UserError, read_json, run_stage, setup_logging, stage_parser, write_csv, write_json, write_parquet
 from textclf.modeling import load_classifier
 from textclf.predict import probability_frame
 from textclf.registry import register, split_hash, version_tags
-from textclf.tracking import add_to_run, check_store, git_commit
-from textclf.training import inference_device, predict_proba
+from textclf.tracking import add_to_run, git_commit, training_run
 
 log = logging.getLogger("evaluate")
 
@@ -37,10 +37,10 @@ def versus_baseline(predictions: pd.DataFrame, baseline: pd.DataFrame, labels: l
     """The paired comparison, per-class accuracy of both, and (evaluate.ensemble) the scores
     of the mean of both systems' probabilities, all on the same test documents."""
     if set(baseline["doc_id"]) != set(predictions["doc_id"]):
-        raise ValueError("the baseline predictions cover other test documents than the model's; "
+        raise UserError("the baseline predictions cover other test documents than the model's; "
                          "rerun both on the same split: dvc repro baseline evaluate.")
     if set(baseline.filter(like=PROB_PREFIX).columns) - {PROB_PREFIX + c for c in labels}:
-        raise ValueError(f"the baseline predicts classes the model does not know ({labels}); "
+        raise UserError(f"the baseline predicts classes the model does not know ({labels}); "
                          "rerun train and baseline on the same corpus: dvc repro.")
     base = baseline.set_index("doc_id").loc[predictions["doc_id"]]  # the model's document order
     out = {"comparison": compare(predictions["correct"].to_numpy(),
@@ -75,8 +75,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     setup_logging()
     cfg = load_params(args.params)["evaluate"]
-    run = read_json(args.run_file)
-    check_store(run["tracking_uri"])  # before the work: fail in one line, naming the store
+    run = training_run(args.run_file)  # before the work: fail in one line, naming the store
     model, labels = load_classifier(args.model_dir)
     pad_id = int(model.encoder.config.pad_token_id or 0)
     test = read_token_splits(args.tokens, args.splits, labels)[0]["test"]

@@ -1,6 +1,6 @@
 """Stage report: the stage outputs -> reports/report.html (one self-contained file with
 figures), reports/report.md (the same without figures) and the confusion-matrix PNG,
-all logged to the training run in MLflow with tags tying it to dvc.lock."""
+all logged to the training run in MLflow (its lineage: datasets and the dvc.lock train logged)."""
 from __future__ import annotations
 
 import logging
@@ -16,11 +16,11 @@ from textclf.config import flatten
 from textclf.document import Alert, Figure, Heading, Para, Table, to_html, to_markdown
 from textclf.evaluation import calibration, metric_names
 from textclf.io import read_json, run_stage, setup_logging, stage_parser
-from textclf.tracking import add_to_run, check_store, dataset_sources, lock_tags, log_datasets
+from textclf.severity import ALARM, WARNING, with_severity
+from textclf.tracking import add_to_run, dataset_sources, lock_hashes, log_datasets, training_run
 
 log = logging.getLogger("report")
 MISTAKES = 20
-FAILED = ("fail", "collapsed")  # guard statuses that fail; warn and recovered only warn
 SNIPPET = 160  # characters of text shown per mistake
 
 
@@ -39,13 +39,13 @@ def headline(metrics: dict, collapsed_epochs: list[int] = ()) -> list:
         verdict = "moved to it" if reg["promoted"] else f"stays at version {reg['champion']}"
         blocks.append(Para(f"Model registry: `{reg['model']}` version {reg['version']} is the "
                            f"challenger; champion {verdict} ({reg['reason']})."))
-    failed = [n for n, status in metrics["guards"].items() if status in FAILED]
+    failed = with_severity(metrics["guards"], ALARM)
     if failed:
-        blocks.append(Alert(f"guards not passed: {', '.join(failed)}."))
+        blocks.append(Alert(f"guard alarms: {', '.join(failed)}; this model does not become champion."))
     recovered = (f" (epochs {', '.join(map(str, collapsed_epochs))} collapsed; the kept epoch "
                  f"{metrics.get('kept_epoch')} did not, see the training curve)")
-    warned = [f"{n}: {s}" + (recovered if s == "recovered" else "")
-              for n, s in metrics["guards"].items() if s not in FAILED and s != "pass"]
+    warned = [f"{n}: {metrics['guards'][n]}" + (recovered if metrics["guards"][n] == "recovered" else "")
+              for n in with_severity(metrics["guards"], WARNING)]
     if warned:
         blocks.append(Para("Guard warnings: " + "; ".join(warned) + "."))
     return blocks + [Table(["guard", "status"], [[n, s] for n, s in metrics["guards"].items()])]
@@ -151,20 +151,20 @@ def calibration_section(predictions: pd.DataFrame) -> list:
                     f"{b['accuracy']:.3f}"] for b in cal["bins"]])]
 
 
-def lineage_section(model_params: dict, run: dict, tags: dict) -> list:
+def lineage_section(model_params: dict, run: dict, hashes: dict) -> list:
     return [Heading("Params and lineage"),
             Table(["param", "value"], [[k, v] for k, v in flatten(model_params).items()]),
             Table(["lineage", "value"],
                   [["MLflow run", run["run_id"]], ["MLflow model", run["model_uri"]]]
-                  + [[k, v] for k, v in tags.items()])]
+                  + [[k, v] for k, v in hashes.items()])]
 
 
-def build(args) -> tuple[list, bytes, dict, dict]:
-    """-> (report blocks, confusion PNG, MLflow run file, lineage tags)."""
-    metrics, run = read_json(args.metrics), read_json(args.run_file)
+def build(args, run: dict) -> tuple[list, bytes]:
+    """-> (report blocks, confusion PNG)."""
+    metrics = read_json(args.metrics)
     lock_file = Path(args.lock)
     datasets = dataset_sources(run) | {args.corpus}  # the run page shows these as datasets
-    tags = lock_tags(yaml.safe_load(lock_file.read_text()) if lock_file.is_file() else {},
+    hashes = lock_hashes(yaml.safe_load(lock_file.read_text()) if lock_file.is_file() else {},
                      running="report", datasets=datasets)
     predictions = pd.read_parquet(args.predictions)
     curve = pd.read_csv(args.curve)
@@ -178,8 +178,8 @@ def build(args) -> tuple[list, bytes, dict, dict]:
     blocks += [Figure("confusion matrix", confusion)]
     blocks += mistakes_section(predictions, pd.read_parquet(args.corpus))
     blocks += calibration_section(predictions)
-    blocks += lineage_section(read_json(Path(args.model_dir) / "params.json"), run, tags)
-    return blocks, confusion, run, tags
+    blocks += lineage_section(read_json(Path(args.model_dir) / "params.json"), run, hashes)
+    return blocks, confusion
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -188,19 +188,18 @@ def main(argv: list[str] | None = None) -> None:
                  "predictions", "corpus", "model-dir", "run-file", "out-md", "out-html",
                  "confusion-png"):
         parser.add_argument(f"--{name}", required=True)
-    parser.add_argument("--lock", default="dvc.lock", help="dvc.lock, read for the lineage tags")
+    parser.add_argument("--lock", default="dvc.lock", help="dvc.lock, read for the lineage table")
     args = parser.parse_args(argv)
     setup_logging()
-    check_store(read_json(args.run_file)["tracking_uri"])  # fail in one line, before the work
-    blocks, confusion, run, tags = build(args)
+    run = training_run(args.run_file)  # fail in one line, before the work
+    blocks, confusion = build(args, run)
     Path(args.out_md).write_text(to_markdown(blocks), encoding="utf-8")
     Path(args.out_html).write_text(to_html(blocks, "Training report"), encoding="utf-8")
     Path(args.confusion_png).write_bytes(confusion)
     if args.corpus not in dataset_sources(run):
         log_datasets(run["run_id"], {"corpus": args.corpus}, "source")
     logged = [args.out_html, args.out_md, args.confusion_png, args.ingest_report]
-    add_to_run(run, tags=tags, artifact_path="report",
-               artifacts=logged + ([args.lock] if Path(args.lock).is_file() else []))
+    add_to_run(run, artifact_path="report", artifacts=logged)
     log.info("wrote %s and %s; logged them to MLflow run %s", args.out_md, args.out_html, run["run_id"])
 
 

@@ -28,13 +28,13 @@ from textclf import guards
 from textclf.batching import Collator, read_token_splits
 from textclf.checkpoint import Checkpointer, Progress, training_key
 from textclf.config import flatten, load_params
-from textclf.io import deferred_interrupts, run_stage, setup_logging, stage_parser, write_csv, write_json
+from textclf.io import UserError, deferred_interrupts, run_stage, setup_logging, stage_parser, write_csv, write_json
 from textclf.launch import forbid_tracking, is_worker, launch, rank
 from textclf.modeling import build_model, encoder_param_names, load_tokenizer, save_model
 from textclf.policy import apply_policy, describe_groups, find_unused, make_optimizer, param_groups
 from textclf.serving import log_pyfunc
-from textclf.tracking import (check_store, fail_launched_runs, lineage_tags, log_datasets, process_tags, run_exists, sweep_stale_runs,
-                              tracking_uri, use_experiment)
+from textclf.tracking import (check_store, fail_launched_runs, lineage_tags, log_datasets, process_tags,
+                              run_exists, run_name, sweep_stale_runs, tracking_uri, use_experiment)
 from textclf.training import EpochSelector, fit, make_accelerator
 
 log = logging.getLogger("train")
@@ -66,7 +66,7 @@ class GuardBook:
     def check(self, name: str, fn, *args):
         try:
             status, message = fn(*args)
-        except ValueError as err:
+        except UserError as err:
             self.record(name, "fail", str(err))
             raise
         self.record(name, status, message)
@@ -109,7 +109,7 @@ class EpochLogger:
         if final and status != "pass":
             log.warning("collapse guard: %s: %s", status, message)
         if final and status == "collapsed" and self.cfg.fail_on_collapse:
-            raise ValueError(message + " (train.fail_on_collapse is true)")
+            raise UserError(message + " (train.fail_on_collapse is true)")
         return status
 
 
@@ -157,7 +157,7 @@ def open_run(exp_id: str, resume: Progress | None):
     if run_id:
         log.warning("the checkpoint's MLflow run %s is not in %s; logging to a new run",
                     run_id, mlflow.get_tracking_uri())
-    return mlflow.start_run(experiment_id=exp_id), False
+    return mlflow.start_run(experiment_id=exp_id, run_name=run_name()), False
 
 
 def train_and_save(args, params, splits, labels, tokenizer, accelerator, ckpt: Checkpointer,
@@ -168,8 +168,10 @@ def train_and_save(args, params, splits, labels, tokenizer, accelerator, ckpt: C
     if not reopened:
         tracker.log_params(flatten(logged))
     tracker.set_tags({**lineage_tags(), **process_tags()})
-    if run is not None and not reopened:
+    if run is not None and not reopened:  # lineage: the data as datasets, dvc.lock as it stands
         log_datasets(run.info.run_id, {"tokens": args.tokens, "splits": args.splits}, "training")
+        if Path(args.lock).is_file():
+            mlflow.log_artifact(args.lock)
     extra = resume.extra if resume else {}
     book = GuardBook(args.guards, tracker, extra.get("guards"))
     epochs = EpochLogger(args.curve, splits["validation"].labels, labels, cfg, book, extra.get("rows"),
@@ -219,7 +221,7 @@ def launch_processes(cfg, argv: list[str]) -> None:
     rc, launch_id = launch("stages.train", argv, cfg.processes)
     if rc != 0:
         fail_launched_runs(use_experiment(uri), launch_id)
-        raise ValueError(f"training on train.processes={cfg.processes} processes failed (torchrun "
+        raise UserError(f"training on train.processes={cfg.processes} processes failed (torchrun "
                          f"exit {rc}); the failing rank's error is logged above.")
 
 
@@ -232,6 +234,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--guards", required=True, help="output JSON: guard results")
     parser.add_argument("--movement", required=True, help="output CSV: relative weight change per layer")
     parser.add_argument("--run-file", required=True, help="output JSON naming the MLflow run")
+    parser.add_argument("--lock", default="dvc.lock", help="dvc.lock, logged to the run as its lineage")
     parser.add_argument("--checkpoint-dir", default="models/checkpoint",
                         help="training checkpoints, to resume an interrupted training")
     args = parser.parse_args(argv)

@@ -79,7 +79,7 @@ def test_mlflow_ui_lists_metrics_and_report(mlflow_server, browser):
     browser.get(page)
     body = wait_for_text(browser, ["test_accuracy", "gap_accuracy", "guard.load_audit"])
     for text in ("test_accuracy", "test_macro_f1", "test_ece", "gap_accuracy", "val_accuracy",
-                 "train.lr_encoder", "guard.load_audit", "dvc.out.models/model", "tokens"):
+                 "train.lr_encoder", "guard.load_audit", "git_commit", "tokens"):
         assert text in body, text
     browser.save_screenshot(str(SHOTS / "mlflow_run.png"))
     browser.get(f"{page}/artifacts/report/report.html")

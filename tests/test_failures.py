@@ -86,8 +86,8 @@ def test_unwritable_output_is_one_line_naming_the_path(prepared):
 
 
 def test_evaluate_never_reopens_or_fails_the_training_run(prepared):
-    """Evaluate logs into the finished run; a failing evaluate (an artifact it cannot write)
-    leaves the run FINISHED with the end time training gave it."""
+    """Evaluate logs into the finished run, in this machine's store; a failing evaluate (an
+    artifact it cannot write) leaves the run FINISHED with the end time training gave it."""
     tmp, p = prepared
     run_train(p)
     run_baseline(p)
@@ -101,6 +101,20 @@ def test_evaluate_never_reopens_or_fails_the_training_run(prepared):
     info = client.get_run(run_id)
     assert "test_accuracy" in info.data.metrics
     assert (info.info.status, info.info.end_time) == ("FINISHED", trained.end_time)
+
+    # run.json travels through the DVC remote: the store it names may be a teammate's. This
+    # machine's MLFLOW_TRACKING_URI wins; a store without the run fails in one line naming both.
+    run_file = json.loads((tmp / "run.json").read_text())
+    elsewhere = "sqlite:////home/teammate/project/mlflow.db"
+    (tmp / "run.json").write_text(json.dumps({**run_file, "tracking_uri": elsewhere}))
+    client.delete_tag(run_id, "verdict")
+    run_evaluate(p)
+    assert "verdict" in client.get_run(run_id).data.tags  # logged here, not to the teammate's path
+    os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{tmp / 'empty.db'}"  # monkeypatched by `prepared`
+    with pytest.raises(ValueError, match=rf"run {run_id} \(run.json\) is not in the tracking store "
+                                         rf"sqlite:///{tmp}/empty.db; it was logged to {elsewhere}"):
+        run_evaluate(p)
+    os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{tmp / 'mlflow.db'}"
 
     artifacts = client.get_run(run_id).info.artifact_uri.removeprefix("file://")
     os.remove(f"{artifacts}/metrics.json")

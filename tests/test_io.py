@@ -65,3 +65,33 @@ def test_atomic_write_leaves_the_old_file_when_writing_fails(tmp_path):
             tmp.write_text('{"epoch": 2, "half')
             raise RuntimeError("killed mid-write")
     assert read_json(path) == {"epoch": 1} and os.listdir(tmp_path) == ["state.json"]
+
+
+RAISER = """
+import sys
+import pandas as pd
+from textclf.io import UserError, run_stage, setup_logging
+
+def main():
+    setup_logging()
+    if sys.argv[1] == "user":
+        raise UserError("train.epochs=0 must be at least 1; set train.epochs.")
+    pd.DataFrame({"k": [1, 1]}).merge(pd.DataFrame({"k": [1, 1]}), on="k", validate="one_to_one")
+
+run_stage(main)
+"""
+
+
+@pytest.mark.parametrize("kind, debug, traceback", [
+    ("user", "", False), ("user", "1", True),  # a user's mistake: one line, its traceback on demand
+    ("bug", "", True),  # a bug (pandas MergeError is a ValueError) keeps its traceback
+])
+def test_user_errors_are_one_line_and_bugs_keep_their_traceback(kind, debug, traceback):
+    proc = subprocess.run([sys.executable, "-c", RAISER, kind], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(REPO / "src"), "TEXTCLF_DEBUG": debug})
+    assert proc.returncode == 1
+    assert ("Traceback" in proc.stderr) == traceback, proc.stderr
+    if kind == "user":
+        assert proc.stderr.strip().splitlines()[-1].endswith("train.epochs=0 must be at least 1; set train.epochs.")
+    else:
+        assert "MergeError" in proc.stderr

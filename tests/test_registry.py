@@ -4,11 +4,13 @@ RANDOM BERT from conftest (wiring, not accuracy)."""
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 from mlflow.tracking import MlflowClient
 
-from textclf.registry import SPLIT_TAG, promotion, split_hash
+from textclf.registry import SPLIT_TAG, best_version, split_hash
+from textclf.severity import severity
 
 from conftest import REPO, free_port, run_baseline, run_evaluate, run_train, server, venv_env
 from test_serving import invoke
@@ -16,18 +18,79 @@ from test_serving import invoke
 PASS = {"guard.load_audit": "pass", "guard.collapse": "pass", SPLIT_TAG: "s1", "test_macro_f1": "0.8"}
 
 
-@pytest.mark.parametrize("new, champion, promote, why", [
-    (PASS, None, True, "first version"),
-    ({**PASS, "guard.collapse": "collapsed"}, None, False, "guards not passed: collapse"),
-    ({**PASS, "test_macro_f1": "0.81"}, {**PASS, "version": "3"}, True, "0.8100 >= champion version 3's 0.8000"),
-    (PASS, {**PASS, "version": "3"}, True, ">="),  # equal is enough
-    ({**PASS, "test_macro_f1": "0.79"}, {**PASS, "version": "3"}, False, "0.7900 < champion version 3's"),
-    ({**PASS, "test_macro_f1": "0.99", SPLIT_TAG: "s2"}, {**PASS, "version": "3"}, False,
-     "another test split"),
+def v(version: int, **tags) -> dict:
+    return {**PASS, **{k.replace("__", "."): val for k, val in tags.items()}, "version": str(version)}
+
+
+@pytest.mark.parametrize("versions, best", [
+    ([], None),
+    ([v(1)], "1"),
+    ([v(1, test_macro_f1="0.9"), v(2)], "1"),  # the best, not the newest
+    ([v(1), v(2)], "2"),  # a tie goes to the newest
+    ([v(1), v(2, test_macro_f1="0.99", guard__collapse="collapsed")], "1"),  # an alarm never wins
+    ([v(1), v(2, test_macro_f1="0.99", guard__load_audit="fail")], "1"),
+    ([v(1), v(2, test_macro_f1="0.81", guard__lr_sanity="warn", guard__collapse="recovered",
+           guard__load_audit="allowed")], "2"),  # warnings compete on their score
+    ([v(1, test_macro_f1="0.99", **{SPLIT_TAG: "s2"}), v(2)], "2"),  # another split does not compare
 ])
-def test_promotion_gate(new, champion, promote, why):
-    decided, reason = promotion(new, champion)
-    assert decided == promote and why in reason
+def test_the_champion_is_the_best_eligible_version_on_the_split(versions, best):
+    found = best_version(versions, "s1")
+    assert (found["version"] if found else None) == best
+
+
+def test_every_guard_status_has_one_severity():
+    assert {s: severity(s) for s in ("fail", "collapsed", "warn", "allowed", "recovered", "pass")} == {
+        "fail": "alarm", "collapsed": "alarm", "warn": "warning", "allowed": "warning",
+        "recovered": "warning", "pass": "pass"}
+    with pytest.raises(ValueError, match="unknown guard status 'odd'"):
+        severity("odd")
+
+
+RACER = """import json, sys, time
+from pathlib import Path
+from mlflow.tracking import MlflowClient
+from textclf import registry
+run, tags, pause = json.loads(sys.argv[1]), json.loads(sys.argv[2]), float(sys.argv[3])
+set_alias = MlflowClient.set_registered_model_alias
+def slow_set(self, name, alias, version):
+    if alias == "champion" and pause:  # stall between deciding and writing, as a loaded machine may
+        Path(sys.argv[4]).touch()
+        time.sleep(pause)
+    return set_alias(self, name, alias, version)
+MlflowClient.set_registered_model_alias = slow_set
+print(json.dumps(registry.register(run, "racing", tags)))"""
+
+
+def test_two_racing_evaluates_leave_the_better_version_champion(tmp_path):
+    """Evaluate A (macro-F1 0.70) decides, then stalls before writing the alias; evaluate B
+    (0.90) registers, decides and writes meanwhile; then A writes. The champion must end on B."""
+    import mlflow
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    mlflow.set_tracking_uri(uri)  # conftest restores it after the test
+    runs = []
+    for _ in range(2):
+        with mlflow.start_run() as active:
+            mlflow.log_text("flavors: {}", "model/MLmodel")
+        runs.append({"tracking_uri": uri, "run_id": active.info.run_id,
+                     "model_uri": f"runs:/{active.info.run_id}/model"})
+    env = {**venv_env(), "PYTHONPATH": str(REPO / "src")}
+    stalled = tmp_path / "a-stalled"
+
+    def racer(run, f1, pause):
+        tags = {**PASS, "test_macro_f1": f1}
+        return subprocess.Popen([sys.executable, "-c", RACER, json.dumps(run), json.dumps(tags), str(pause),
+                                 str(stalled)], env=env, stdout=subprocess.PIPE, text=True)
+    a = racer(runs[0], "0.70", 8)
+    for _ in range(600):
+        if stalled.exists() or a.poll() is not None:
+            break
+        time.sleep(0.1)
+    assert stalled.exists(), "evaluate A never reached the alias write"
+    b = racer(runs[1], "0.90", 0)
+    assert b.wait(120) == 0 and a.wait(120) == 0
+    client = MlflowClient(uri)
+    assert client.get_model_version_by_alias("racing", "champion").version == 2
+    assert json.loads(a.stdout.read())["champion"] == 2
 
 
 def test_split_hash_is_the_set_of_documents():
@@ -56,7 +119,7 @@ def test_versions_aliases_gate_and_predict_from_champion(prepared):
     second = evaluate_run(p, tmp, {**ok, "collapse": "collapsed"})
     reg = second["registry"]
     assert (reg["version"], reg["champion"], reg["promoted"]) == (2, 1, False)
-    assert "guards not passed: collapse" in reg["reason"]
+    assert "guard alarms: collapse" in reg["reason"]
     assert int(client.get_model_version_by_alias("textclf", "challenger").version) == 2
     tags = client.get_model_version("textclf", "2").tags
     assert tags["guard.collapse"] == "collapsed" and tags["test_macro_f1"] == f"{second['macro_f1']:.6f}"

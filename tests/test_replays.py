@@ -9,10 +9,11 @@ from textclf import guards
 from textclf.batching import Split
 from textclf.config import ModelParams, TrainParams
 from textclf.corpus import build_corpus
+from textclf.inference import predict_proba
 from textclf.modeling import build_model, load_tokenizer
 from textclf.policy import make_optimizer, param_groups
 from textclf.tokens import tokenize_texts
-from textclf.training import fit, make_accelerator, predict_proba
+from textclf.training import fit, make_accelerator
 
 from conftest import BBC
 

@@ -7,7 +7,7 @@ from stages.report import data_section, headline, mistakes_section, near_duplica
 from textclf.comparison import compare
 from textclf.document import Figure, Para, Table, to_html, to_markdown
 from textclf.evaluation import calibration
-from textclf.tracking import lock_tags
+from textclf.tracking import lock_hashes
 
 
 def metrics(gap: float, guards=None) -> dict:
@@ -28,8 +28,12 @@ def test_headline_gives_the_verdict_and_flags_a_worse_model_and_failed_guards():
     noise = to_markdown(headline(metrics(0.01)))  # 3 documents of 300
     assert "**No significant difference from the baseline**: +1.00 points" in noise
     assert "worse" not in noise.lower()
-    page = to_html(headline(metrics(0.01, {"load_audit": "fail", "lr_sanity": "pass"})), "t")
-    assert "guards not passed: load_audit" in page and "<span class=\"fail\">fail</span>" in page
+    page = to_html(headline(metrics(0.01, {"load_audit": "fail", "lr_sanity": "warn", "collapse": "pass"})), "t")
+    assert "guard alarms: load_audit; this model does not become champion" in page
+    assert '<span class="fail">fail</span>' in page and '<span class="note">warn</span>' in page
+    allowed = to_html(headline(metrics(0.01, {"load_audit": "allowed"})), "t")
+    assert "Guard warnings: load_audit: allowed" in allowed and '<span class="note">allowed</span>' in allowed
+    assert "alarm" not in allowed
 
 
 def test_ece_is_zero_when_confidence_matches_accuracy_and_measures_the_gap_otherwise():
@@ -55,16 +59,16 @@ def test_html_escapes_text_and_embeds_figures_markdown_escapes_pipes():
     assert "| a\\|b | c |" in md and "x\\|y" in md and "Figure: fig <1>" in md
 
 
-def test_lock_tags_hash_outputs_and_params_and_skip_the_running_stage():
+def test_lock_hashes_hash_outputs_and_params_and_skip_the_running_stage():
     lock = {"stages": {
         "tokenize": {"outs": [{"path": "data/processed/tokens.parquet", "md5": "abc"}],
                      "params": {"params.yaml": {"tokenize": {"max_length": 64}}}},
         "report": {"outs": [{"path": "reports/report.md", "md5": "stale"}]}}}
-    tags = lock_tags(lock, running="report")
+    tags = lock_hashes(lock, running="report")
     assert tags["dvc.out.data/processed/tokens.parquet"] == "abc"
     assert "dvc.out.reports/report.md" not in tags and len(tags["dvc.params.tokenize"]) == 32
     lock["stages"]["tokenize"]["params"]["params.yaml"]["tokenize"]["max_length"] = 128
-    assert lock_tags(lock, running="report")["dvc.params.tokenize"] != tags["dvc.params.tokenize"]
+    assert lock_hashes(lock, running="report")["dvc.params.tokenize"] != tags["dvc.params.tokenize"]
 
 
 def test_mistakes_are_the_most_confident_wrong_predictions_with_a_snippet():
@@ -102,4 +106,4 @@ def test_data_section_shows_near_duplicate_groups_and_pairs():
 def test_headline_lists_a_recovered_collapse_as_a_warning_naming_the_epochs():
     text = to_markdown(headline({**metrics(0.0, {"collapse": "recovered"}), "kept_epoch": 3}, [1]))
     assert "Guard warnings: collapse: recovered (epochs 1 collapsed; the kept epoch 3 did not" in text
-    assert "guards not passed" not in text
+    assert "guard alarms" not in text

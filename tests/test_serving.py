@@ -1,11 +1,16 @@
 """The logged MLflow pyfunc, the predict CLI and the Predictor give the same answers;
 `mlflow models predict` and `mlflow models serve` work offline on 127.0.0.1.
 The encoder is the tiny RANDOM BERT from conftest: these tests check wiring, not accuracy."""
+import ast
+import importlib
+import importlib.metadata
 import json
+import os
 import subprocess
 import sys
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import mlflow
 import numpy as np
@@ -97,6 +102,71 @@ def test_mlflow_models_predict_offline(trained, tmp_path):
     got = pd.DataFrame(json.loads(out.read_text())["predictions"])
     expected = Predictor(tmp / "model").predict(TEXTS)
     assert got["label"].tolist() == expected["label"].tolist()
+    assert np.allclose(got["probability"], expected["probability"], atol=1e-5)
+
+
+LOAD = """import json, sys, mlflow.pyfunc, pandas as pd
+model = mlflow.pyfunc.load_model(sys.argv[1])
+out = model.predict(pd.DataFrame({"text": json.loads(sys.argv[2])}))
+print(json.dumps({"modules": sorted(sys.modules), "textclf": sys.modules["textclf"].__file__,
+                  "labels": out["label"].tolist(),
+                  "probability": out["probability"].tolist()}))"""
+
+
+def third_party_imports(module) -> set[str]:
+    """Top-level names a module imports anywhere in it, textclf's own excepted."""
+    tree = ast.parse(Path(module.__file__).read_text(encoding="utf-8"))
+    names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    names |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level == 0}
+    return {n.split(".")[0] for n in names} - {"textclf", "__future__"} - set(sys.stdlib_module_names)
+
+
+def requirement_pins(model_uri: str, folder: Path) -> dict[str, str]:
+    local = Path(mlflow.artifacts.download_artifacts(model_uri, dst_path=str(folder)))
+    return dict(line.split("==") for line in (local / "requirements.txt").read_text().split())
+
+
+def test_the_logged_model_requires_what_loading_imports(trained, tmp_path):
+    """Loading the pyfunc imports nothing from ingest (no rensa), every distribution the
+    loaded textclf modules import is pinned, and every pin is one a package index serves."""
+    tmp, run = trained
+    proc = subprocess.run([sys.executable, "-c", LOAD, run["model_uri"], json.dumps(TEXTS)],
+                          capture_output=True, text=True, env=venv_env(), cwd=tmp, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    modules = json.loads(proc.stdout.splitlines()[-1])["modules"]
+    ours = [m for m in modules if m.split(".")[0] == "textclf"]
+    assert "rensa" not in modules and not {"textclf.corpus", "textclf.near_dups",
+                                           "textclf.sources", "textclf.training"} & set(ours)
+    owners = importlib.metadata.packages_distributions()
+    imported = {name for m in ours for name in third_party_imports(importlib.import_module(m))}
+    pins = requirement_pins(run["model_uri"], tmp_path)
+    pinned = {n.lower() for n in pins}
+    # each imported name comes from a pinned distribution, and each pin is imported
+    by_name = {name: {d.lower() for d in owners[name]} for name in imported}
+    assert not [name for name, dists in by_name.items() if not dists & pinned], (by_name, pins)
+    assert pinned <= set().union(*by_name.values()), f"pins nothing imports: {pins}"
+    assert not [v for v in pins.values() if "+" in v], f"local version labels in {pins}"
+
+
+@pytest.mark.slow
+def test_the_logged_model_loads_in_a_fresh_venv_from_its_requirements(trained, tmp_path):
+    """pip installs the model's requirements.txt alone into a new venv (the same package
+    index), and the model loads and predicts there as it does here."""
+    tmp, run = trained
+    local = Path(mlflow.artifacts.download_artifacts(run["model_uri"], dst_path=str(tmp_path / "m")))
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    pip = subprocess.run([venv / "bin" / "python", "-m", "pip", "install", "--quiet", "-r",
+                          local / "requirements.txt"], capture_output=True, text=True, timeout=1800)
+    assert pip.returncode == 0, pip.stderr[-3000:]
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    proc = subprocess.run([venv / "bin" / "python", "-c", LOAD, str(local), json.dumps(TEXTS)],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.splitlines()[-1])
+    assert got["textclf"].startswith(str(local))  # the code shipped with the model, not ours
+    expected = Predictor(tmp / "model").predict(TEXTS)
+    assert got["labels"] == expected["label"].tolist()
     assert np.allclose(got["probability"], expected["probability"], atol=1e-5)
 
 

@@ -12,9 +12,9 @@ from textclf import training
 from textclf.batching import (PAD_LABEL, Collator, LengthGroupedBatchSampler, Padding, RankShard, Split,
                               TokenDataset, sorted_batches)
 from textclf.config import EvaluateParams, TrainParams
-from textclf.training import (EpochSelector, fit, inference_device, lr_factor, make_accelerator,
-                              make_scheduler, make_train_loader, precision_for, predict_proba,
-                              train_steps)
+from textclf.inference import inference_device, precision_for, predict_proba
+from textclf.training import (EpochSelector, fit, lr_factor, make_accelerator, make_scheduler,
+                              make_train_loader, train_steps)
 
 
 def test_length_grouped_batches_cover_every_index_once_and_are_seeded():

@@ -12,6 +12,8 @@ import pandas as pd
 import torch
 from torch.utils.data import Dataset, Sampler
 
+from textclf.io import UserError
+
 # Batches are formed inside windows of this many batches, sorted by length there:
 # enough to group lengths well, small enough to keep the epoch order random.
 MEGABATCH = 50
@@ -35,7 +37,7 @@ def read_token_splits(tokens_path: str, splits_path: str,
     labels = found if labels is None else labels
     unknown = sorted(set(found) - set(labels))
     if unknown:
-        raise ValueError(f"labels {unknown} in {tokens_path} are not among the model's labels "
+        raise UserError(f"labels {unknown} in {tokens_path} are not among the model's labels "
                          f"{labels}; the model folder is stale: run `dvc repro train`.")
     index = {label: i for i, label in enumerate(labels)}
     splits = {name: Split([list(map(int, ids)) for ids in part["input_ids"]],

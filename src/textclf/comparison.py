@@ -15,6 +15,8 @@ import math
 
 import numpy as np
 
+from textclf.io import UserError
+
 BETTER, WORSE, NO_DIFFERENCE = "better", "worse", "no significant difference"
 
 
@@ -55,7 +57,7 @@ def compare(model_correct, baseline_correct, resamples: int, seed: int, alpha: f
     """Paired comparison of two systems' per-document correctness (bool arrays, same order)."""
     model_correct, baseline_correct = np.asarray(model_correct, bool), np.asarray(baseline_correct, bool)
     if model_correct.shape != baseline_correct.shape or model_correct.size == 0:
-        raise ValueError(f"model and baseline must be scored on the same test documents: "
+        raise UserError(f"model and baseline must be scored on the same test documents: "
                          f"{model_correct.size} vs {baseline_correct.size} outcomes.")
     model_only = int((model_correct & ~baseline_correct).sum())
     baseline_only = int((~model_correct & baseline_correct).sum())

@@ -13,6 +13,8 @@ from typing import Any
 
 import yaml
 
+from textclf.io import UserError
+
 INF = float("inf")
 
 
@@ -39,13 +41,13 @@ def _check_range(where: str, value, spec) -> None:
     below = value <= low if low_open else value < low
     above = value >= high if high_open else value > high
     if below or above:
-        raise ValueError(f"params.yaml: {where}={value!r} is out of range: it must be "
+        raise UserError(f"params.yaml: {where}={value!r} is out of range: it must be "
                          f"{_describe(*spec)}; set it in params.yaml or with `-S {where}=...`.")
 
 
 def _choice(key: str, value, allowed) -> None:
     if value not in allowed:
-        raise ValueError(f"params.yaml: {key}={value!r} must be one of {list(allowed)}.")
+        raise UserError(f"params.yaml: {key}={value!r} must be one of {list(allowed)}.")
 
 
 @dataclass(frozen=True)
@@ -78,10 +80,10 @@ class TokenizeParams:
 
     def __post_init__(self):
         if self.truncation not in ("head", "tail", "head+tail"):
-            raise ValueError(f"params.yaml: tokenize.truncation={self.truncation!r} must be "
+            raise UserError(f"params.yaml: tokenize.truncation={self.truncation!r} must be "
                              "head, tail or head+tail.")
         if not 16 <= self.max_length <= 8192:
-            raise ValueError(f"params.yaml: tokenize.max_length={self.max_length} must be in "
+            raise UserError(f"params.yaml: tokenize.max_length={self.max_length} must be in "
                              "16..8192 (and at most the model's position limit, 512 for BERT).")
 
 
@@ -94,11 +96,11 @@ class SplitParams:
     def __post_init__(self):
         names = ("train", "validation", "test")
         if sorted(self.fractions) != sorted(names):
-            raise ValueError(f"params.yaml: split.fractions has keys {sorted(self.fractions)}; "
+            raise UserError(f"params.yaml: split.fractions has keys {sorted(self.fractions)}; "
                              f"it needs exactly {list(names)}.")
         values = [self.fractions[n] for n in names]
         if any(not isinstance(v, (int, float)) or v <= 0 for v in values) or abs(sum(values) - 1) > 1e-6:
-            raise ValueError(f"params.yaml: split.fractions={self.fractions} must be positive "
+            raise UserError(f"params.yaml: split.fractions={self.fractions} must be positive "
                              "numbers that sum to 1.")
 
 
@@ -113,7 +115,7 @@ class TextCNNParams:
 
     def __post_init__(self):
         if not self.kernel_sizes or not all(isinstance(k, int) and 1 <= k <= 16 for k in self.kernel_sizes):
-            raise ValueError(f"params.yaml: model.textcnn.kernel_sizes={self.kernel_sizes} must be a "
+            raise UserError(f"params.yaml: model.textcnn.kernel_sizes={self.kernel_sizes} must be a "
                              "non-empty list of integers in 1..16, e.g. [2, 3, 4].")
 
 
@@ -168,7 +170,7 @@ class TrainParams:
         _choice("train.optimizer", self.optimizer, ("adamw", "adam"))
         _choice("train.scheduler", self.scheduler, ("linear", "constant"))
         if self.batch_size % self.processes:
-            raise ValueError(f"params.yaml: train.batch_size={self.batch_size} is the global batch, "
+            raise UserError(f"params.yaml: train.batch_size={self.batch_size} is the global batch, "
                              f"split evenly over train.processes={self.processes}: make it a "
                              "multiple of train.processes.")
 
@@ -195,7 +197,7 @@ class EvaluateParams:
     def __post_init__(self):
         _choice("evaluate.precision", self.precision, PRECISIONS)
         if self.register and not self.registered_model.strip():
-            raise ValueError("params.yaml: evaluate.registered_model is empty; name the registered "
+            raise UserError("params.yaml: evaluate.registered_model is empty; name the registered "
                              "model (e.g. textclf) or set evaluate.register: false.")
 
 
@@ -221,34 +223,34 @@ def _coerce(section: str, name: str, value: Any, default: Any) -> Any:
     where = f"params.yaml: {section}.{name}={value!r}"
     if isinstance(default, bool):
         if not isinstance(value, bool):
-            raise ValueError(f"{where} must be true or false.")
+            raise UserError(f"{where} must be true or false.")
         return value
     if isinstance(default, float):
         if isinstance(value, bool):
-            raise ValueError(f"{where} must be a number, e.g. 2.0e-5.")
+            raise UserError(f"{where} must be a number, e.g. 2.0e-5.")
         try:
             return float(value)
         except (TypeError, ValueError):
-            raise ValueError(f"{where} must be a number, e.g. 2.0e-5.") from None
+            raise UserError(f"{where} must be a number, e.g. 2.0e-5.") from None
     if isinstance(default, int):
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"{where} must be an integer.")
+            raise UserError(f"{where} must be an integer.")
         return value
     if dataclasses.is_dataclass(default):
         return _parse(type(default), f"{section}.{name}", value)
     if not isinstance(value, type(default)):
-        raise ValueError(f"{where} must be a {type(default).__name__}.")
+        raise UserError(f"{where} must be a {type(default).__name__}.")
     return value
 
 
 def _parse(cls, where: str, raw):
     raw = {} if raw is None else raw
     if not isinstance(raw, dict):
-        raise ValueError(f"params.yaml: section {where!r} must be a mapping, got {raw!r}.")
+        raise UserError(f"params.yaml: section {where!r} must be a mapping, got {raw!r}.")
     fields = {f.name: f for f in dataclasses.fields(cls)}
     for key in raw:
         if key not in fields:
-            raise ValueError(f"params.yaml: unknown key {where}.{key}." + _hint(key, fields))
+            raise UserError(f"params.yaml: unknown key {where}.{key}." + _hint(key, fields))
     defaults = cls()
     values = {k: _coerce(where, k, v, getattr(defaults, k)) for k, v in raw.items()}
     for k, v in values.items():
@@ -266,13 +268,13 @@ def load_params(path: str | Path) -> dict[str, Any]:
     """Validate the whole params file and return {section: dataclass}."""
     path = Path(path)
     if not path.is_file():
-        raise ValueError(f"params file {path} not found; run from the project root or pass --params.")
+        raise UserError(f"params file {path} not found; run from the project root or pass --params.")
     raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     if not isinstance(raw, dict):
-        raise ValueError(f"{path} must be a mapping of sections, got {type(raw).__name__}.")
+        raise UserError(f"{path} must be a mapping of sections, got {type(raw).__name__}.")
     for section in raw:
         if section not in SECTIONS:
-            raise ValueError(f"params.yaml: unknown section {section!r}." + _hint(section, SECTIONS))
+            raise UserError(f"params.yaml: unknown section {section!r}." + _hint(section, SECTIONS))
     return {name: parse_section(name, raw.get(name)) for name in SECTIONS}
 
 

@@ -6,7 +6,6 @@ share a `group`, which the split keeps together.
 """
 from __future__ import annotations
 
-import codecs
 import hashlib
 import logging
 import time
@@ -18,8 +17,10 @@ from pathlib import Path
 import pandas as pd
 
 from textclf.config import NearDuplicateParams
+from textclf.io import UserError
 from textclf.near_dups import NearDuplicates, find_groups
 from textclf.sources import HIDDEN, UNSAFE_MEMBER, Entry, is_hidden, open_source
+from textclf.text import decode
 
 log = logging.getLogger(__name__)
 
@@ -35,25 +36,6 @@ class Doc:
     content_hash: str
     encoding: str
     raw_hash: str  # of the bytes: tells exact copies from whitespace/NFC variants
-
-
-def decode(data: bytes) -> tuple[str | None, str]:
-    """Bytes -> (text, encoding), or (None, skip reason)."""
-    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
-        try:
-            return data.decode("utf-16"), "utf-16"
-        except UnicodeDecodeError:
-            return None, "undecodable"
-    if b"\x00" in data:
-        return None, "binary"
-    try:
-        return data.decode("utf-8-sig"), "utf-8"
-    except UnicodeDecodeError:
-        pass
-    try:
-        return data.decode("cp1252"), "cp1252"
-    except UnicodeDecodeError:  # the five bytes cp1252 leaves undefined
-        return data.decode("latin-1"), "latin-1"
 
 
 def normalise(text: str) -> str:
@@ -169,11 +151,11 @@ def _group_near_duplicates(kept: list[Doc], cfg: NearDuplicateParams, skipped: C
 def _check_classes(per_class: Counter, min_per_class: int) -> None:
     small = {c: n for c, n in sorted(per_class.items()) if n < min_per_class}
     if small:
-        raise ValueError(
+        raise UserError(
             f"class(es) {small} have fewer than ingest.min_per_class={min_per_class} documents "
             "after cleaning; add documents, remove the class folder, or lower ingest.min_per_class.")
     if len(per_class) < 2:
-        raise ValueError(f"found {len(per_class)} class(es) {sorted(per_class)}; a classifier "
+        raise UserError(f"found {len(per_class)} class(es) {sorted(per_class)}; a classifier "
                          "needs at least two class folders under ingest.source.")
 
 

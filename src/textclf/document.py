@@ -8,6 +8,8 @@ import html
 import re
 from dataclasses import dataclass
 
+from textclf.severity import ALARM, PASS, SEVERITY, WARNING
+
 CSS = """body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem;color:#222}
 table{border-collapse:collapse;margin:.5rem 0 1rem}td,th{border:1px solid #ccc;padding:.25rem .5rem;
 text-align:left;vertical-align:top;font-size:.9rem}th{background:#f3f3f3}img{max-width:100%}
@@ -15,7 +17,8 @@ text-align:left;vertical-align:top;font-size:.9rem}th{background:#f3f3f3}img{max
 .pass{color:#2e7d32}.fail{color:#c62828;font-weight:bold}.note{color:#b26a00;font-weight:bold}figure{margin:1rem 0}"""
 
 
-STATUS_CLASS = {"pass": "pass", "fail": "fail", "collapsed": "fail", "warn": "note", "recovered": "note"}
+# a guard status cell is coloured by its severity
+STATUS_CLASS = {status: {ALARM: "fail", WARNING: "note", PASS: "pass"}[kind] for status, kind in SEVERITY.items()}
 
 
 @dataclass

@@ -12,6 +12,8 @@ from collections import Counter
 
 import numpy as np
 
+from textclf.io import UserError
+
 PROB_PREFIX = "prob_"  # prediction frames: one column of probabilities per class
 
 
@@ -68,7 +70,7 @@ def metric_names(labels: list[str]) -> dict[str, str]:
         if taken[name] > 1 and name == label:
             names[label] = f"{label}-{hashlib.md5(label.encode()).hexdigest()[:6]}"
     if len(set(names.values())) != len(names):
-        raise ValueError(f"class names {sorted(labels)} map to colliding MLflow metric names "
+        raise UserError(f"class names {sorted(labels)} map to colliding MLflow metric names "
                          f"{sorted(names.values())}; rename a class folder.")
     return names
 

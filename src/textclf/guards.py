@@ -1,7 +1,7 @@
 """Guards that turn the classic silent fine-tuning failures into loud ones.
 
 Each returns (status, message) with status "pass", "warn", "allowed" or raises
-ValueError naming the cause and the fix.
+ValueError naming the cause and the fix; textclf.severity says what each status means.
 """
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ from collections import defaultdict
 import numpy as np
 import torch
 from torch import nn
+
+from textclf.io import UserError
 
 log = logging.getLogger(__name__)
 USUAL_LR = "1e-5…5e-5"
@@ -35,7 +37,7 @@ def load_audit(new_params: set[str], encoder_params: set[str], unused: set[str],
     if allow_random_init:
         log.warning(message)
         return "allowed", message
-    raise ValueError(message)
+    raise UserError(message)
 
 
 def optimizer_coverage(model: nn.Module, optimizer: torch.optim.Optimizer,
@@ -64,7 +66,7 @@ def optimizer_coverage(model: nn.Module, optimizer: torch.optim.Optimizer,
         problems.append(f"{len(unexplained)} parameter(s) are frozen though train.encoder does not "
                         f"say so (e.g. {unexplained[0]})")
     if problems:
-        raise ValueError("optimizer coverage: " + "; ".join(problems) + ". Build the optimizer "
+        raise UserError("optimizer coverage: " + "; ".join(problems) + ". Build the optimizer "
                          "from every parameter with requires_grad (the encoder included), or set "
                          "train.encoder: freeze | last_k if freezing is intended.")
     return "pass", f"{sum(count.values())} parameters in {len(optimizer.param_groups)} groups"
@@ -112,7 +114,7 @@ def judge_collapse(history: list[dict], kept_epoch: int) -> tuple[str, str]:
     only other epochs were, naming them; pass otherwise."""
     kept = next((h for h in history if h["epoch"] == kept_epoch), None)
     if kept is None:
-        raise ValueError(f"no validation result for the kept epoch {kept_epoch} "
+        raise UserError(f"no validation result for the kept epoch {kept_epoch} "
                          f"(epochs seen: {[h['epoch'] for h in history]}).")
     others = [h["epoch"] for h in history if h["collapsed"] and h["epoch"] != kept_epoch]
     if kept["collapsed"]:
@@ -172,7 +174,7 @@ def movement_check(model: nn.Module, before: dict[str, torch.Tensor], encoder: s
         return "pass", f"encoder frozen by train.encoder={cfg.encoder}; relative change {change:.2e}"
     change = relative_change(model, before, trainable)
     if change < cfg.min_encoder_change:
-        raise ValueError(
+        raise UserError(
             f"encoder did not change: relative weight change {change:.2e} < "
             f"train.min_encoder_change={cfg.min_encoder_change:g} although train.encoder="
             f"{cfg.encoder}. The optimizer probably holds only the head, or lr_encoder "

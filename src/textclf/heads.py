@@ -6,6 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from textclf.io import UserError
+
 POOLINGS = ("pooler", "cls", "mean")
 
 
@@ -36,7 +38,7 @@ class PooledClassifier(nn.Module):
     def __init__(self, encoder: nn.Module, num_labels: int, pooling: str, dropout: float):
         super().__init__()
         if pooling not in POOLINGS:
-            raise ValueError(f"model.pooling={pooling!r} must be one of {POOLINGS}.")
+            raise UserError(f"model.pooling={pooling!r} must be one of {POOLINGS}.")
         self.encoder = encoder
         self.pooling = pooling
         self.dropout = nn.Dropout(dropout)
@@ -64,7 +66,7 @@ class TextCNNClassifier(nn.Module):
         super().__init__()
         n_states = encoder.config.num_hidden_layers + 1  # embeddings + each layer
         if not -n_states <= hidden_layer < n_states:
-            raise ValueError(f"model.hidden_layer={hidden_layer} is outside this encoder's "
+            raise UserError(f"model.hidden_layer={hidden_layer} is outside this encoder's "
                              f"{n_states} hidden states; use -1 (last) … -{n_states} (embeddings).")
         self.encoder = encoder
         self.hidden_layer = hidden_layer

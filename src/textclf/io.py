@@ -157,6 +157,15 @@ def exit_with_parent() -> None:
             threading.Thread(target=_watch, args=(grandparent, start[0]), daemon=True).start()
 
 
+class UserError(ValueError):
+    """A mistake the user can fix (a bad param, a missing file, a failed guard): a stage
+    reports it in one line that names the cause and the fix. Any other exception is a bug
+    and keeps its traceback. A ValueError, so that callers catching bad input still do."""
+
+
+DEBUG_ENV = "TEXTCLF_DEBUG"  # =1: user errors keep their traceback too
+
+
 def _store_error(err: BaseException) -> bool:
     """An MLflow or SQLAlchemy error, told by its module so that stages which never log
     (ingest, split) need not import either library."""
@@ -171,10 +180,16 @@ def one_line(err: BaseException) -> str:
     return text[0] if text else type(err).__name__
 
 
+def expected(err: BaseException) -> bool:
+    """A UserError, an OSError (a path that cannot be read or written, a full disk) or a
+    tracking-store error: the world, not the code, is at fault."""
+    return isinstance(err, (UserError, OSError)) or _store_error(err)
+
+
 def run_stage(main: Callable[[], None]) -> None:
-    """Entry point of a stage script. A ValueError (bad input or a failed guard), an OSError
-    (a path that cannot be read or written) or a tracking-store error is logged as one line
-    and exit status 1, without a traceback; SIGINT/SIGTERM become Interrupted (exit 130/143)."""
+    """Entry point of a stage script. An expected error is logged as one line, exit status 1,
+    without a traceback (with it under TEXTCLF_DEBUG=1); anything else is a bug and raises
+    with its traceback. SIGINT/SIGTERM become Interrupted (exit 130/143)."""
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
     exit_with_parent()
@@ -183,11 +198,13 @@ def run_stage(main: Callable[[], None]) -> None:
     except Interrupted as err:
         log.error("interrupted by %s; rerun the same command (or `dvc repro`) to resume", err)
         sys.exit(128 + err.signum)
-    except (ValueError, OSError) as err:
-        log.error("%s", one_line(err) if isinstance(err, OSError) else err)
-        sys.exit(1)
     except Exception as err:
-        if not _store_error(err):
+        if not expected(err):
             raise
-        log.error("MLflow tracking store error: %s", one_line(err))
+        if os.environ.get(DEBUG_ENV) == "1":
+            log.exception("the traceback, as %s=1 asks:", DEBUG_ENV)
+        if isinstance(err, UserError):
+            log.error("%s", err)
+        else:
+            log.error("%s%s", "MLflow tracking store error: " if _store_error(err) else "", one_line(err))
         sys.exit(1)

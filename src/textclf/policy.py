@@ -5,6 +5,7 @@ import torch
 from torch import nn
 
 from textclf.config import TrainParams
+from textclf.io import UserError
 from textclf.modeling import encoder_param_names
 
 
@@ -23,7 +24,7 @@ def transformer_layers(encoder: nn.Module) -> nn.ModuleList:
     for module in encoder.modules():
         if isinstance(module, nn.ModuleList) and len(module) == n:
             return module
-    raise ValueError(f"train.encoder=last_k: found no list of {n} transformer layers in "
+    raise UserError(f"train.encoder=last_k: found no list of {n} transformer layers in "
                      f"{type(encoder).__name__}; use train.encoder: finetune or freeze.")
 
 
@@ -37,7 +38,7 @@ def apply_policy(model: nn.Module, cfg: TrainParams, unused: set[str]) -> dict[s
         layers = transformer_layers(model.encoder)
         k = cfg.trainable_layers
         if not 1 <= k <= len(layers):
-            raise ValueError(f"train.trainable_layers={k} must be in 1..{len(layers)} for "
+            raise UserError(f"train.trainable_layers={k} must be in 1..{len(layers)} for "
                              "train.encoder: last_k.")
         in_layers = {id(p) for p in layers.parameters()}
         top = {id(p) for p in layers[len(layers) - k:].parameters()}

@@ -18,12 +18,12 @@ import numpy as np
 import pandas as pd
 from transformers import AutoTokenizer
 
-from textclf.corpus import decode
 from textclf.evaluation import PROB_PREFIX
-from textclf.io import read_json, run_stage
+from textclf.inference import inference_device, predict_proba
+from textclf.io import UserError, read_json, run_stage
 from textclf.modeling import load_classifier
+from textclf.text import decode
 from textclf.tokens import tokenize_texts
-from textclf.training import inference_device, predict_proba
 
 log = logging.getLogger("predict")
 
@@ -46,7 +46,7 @@ class Predictor:
     def __init__(self, model_dir: str | Path, batch_size: int = 32):
         model_dir = Path(model_dir)
         if not (model_dir / "params.json").is_file():
-            raise ValueError(f"{model_dir} is not a model folder written by the train stage "
+            raise UserError(f"{model_dir} is not a model folder written by the train stage "
                              "(no params.json); run `dvc repro train` or pass models/model.")
         tok = read_json(model_dir / "params.json")["tokenize"]
         self.max_length, self.truncation = tok["max_length"], tok["truncation"]
@@ -59,13 +59,13 @@ class Predictor:
     def predict_proba(self, texts: list[str]) -> np.ndarray:
         bad = [i for i, t in enumerate(texts) if not isinstance(t, str)]
         if bad:
-            raise ValueError(f"inputs {bad[:10]} are not strings (got "
+            raise UserError(f"inputs {bad[:10]} are not strings (got "
                              f"{type(texts[bad[0]]).__name__}); pass one text per row.")
         if not texts:
             return np.zeros((0, len(self.labels)), dtype=np.float32)
         empty = [i for i, t in enumerate(texts) if not t.strip()]
         if empty:
-            raise ValueError(f"inputs {empty[:10]} are empty or whitespace-only; there is nothing "
+            raise UserError(f"inputs {empty[:10]} are empty or whitespace-only; there is nothing "
                              "to classify: send text, or drop those rows.")
         ids, _ = tokenize_texts(self.tokenizer, texts, self.max_length, self.truncation)
         return predict_proba(self.model, ids, self.batch_size, int(self.tokenizer.pad_token_id or 0),
@@ -88,7 +88,7 @@ def model_folder(model: str) -> Path:
     try:
         local = Path(mlflow.artifacts.download_artifacts(artifact_uri=model))
     except mlflow.exceptions.MlflowException as err:
-        raise ValueError(f"{model}: {err.message.splitlines()[0]} (tracking store "
+        raise UserError(f"{model}: {err.message.splitlines()[0]} (tracking store "
                          f"{mlflow.get_tracking_uri()}; set MLFLOW_TRACKING_URI).") from None
     flavor = yaml.safe_load((local / "MLmodel").read_text())["flavors"]["python_function"]
     return local / flavor["artifacts"]["model_dir"]["path"]
@@ -101,19 +101,19 @@ def read_inputs(files: list[str]) -> tuple[list[str], list[str]]:
         lines = [line.strip() for line in sys.stdin.read().splitlines()]
         kept = [(f"stdin:{n}", line) for n, line in enumerate(lines, 1) if line]
         if not kept:
-            raise ValueError("stdin holds no text (empty or whitespace-only); pipe one text "
+            raise UserError("stdin holds no text (empty or whitespace-only); pipe one text "
                              "per line, or pass text files.")
         return [s for s, _ in kept], [t for _, t in kept]
     texts = []
     for name in files:
         path = Path(name)
         if not path.is_file():
-            raise ValueError(f"{name} is not a file; pass text files, or pipe lines into stdin.")
+            raise UserError(f"{name} is not a file; pass text files, or pipe lines into stdin.")
         text, how = decode(path.read_bytes())
         if text is None:
-            raise ValueError(f"{name} is not text ({how}); pass plain text files.")
+            raise UserError(f"{name} is not text ({how}); pass plain text files.")
         if not text.strip():
-            raise ValueError(f"{name} is empty or whitespace-only; there is nothing to classify.")
+            raise UserError(f"{name} is empty or whitespace-only; there is nothing to classify.")
         texts.append(text)
     return list(files), texts
 
@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(name)s %(levelname)s %(message)s")
     if args.batch_size < 1:
-        raise ValueError(f"--batch-size={args.batch_size}; use a positive number.")
+        raise UserError(f"--batch-size={args.batch_size}; use a positive number.")
     sources, texts = read_inputs(args.files)
     frame = Predictor(model_folder(args.model_dir), args.batch_size).predict(texts)
     for source, label, prob in zip(sources, frame["label"], frame["probability"]):

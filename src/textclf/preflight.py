@@ -15,7 +15,7 @@ import stat
 from pathlib import Path
 
 from textclf.config import load_params
-from textclf.io import run_stage
+from textclf.io import UserError, run_stage
 
 log = logging.getLogger("preflight")
 
@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> None:
     found = special_files(source) if source.is_dir() else []
     if found:
         names = ", ".join(str(p) for p in found[:5]) + (" …" if len(found) > 5 else "")
-        raise ValueError(f"ingest.source {source} holds {len(found)} FIFO, socket or device "
+        raise UserError(f"ingest.source {source} holds {len(found)} FIFO, socket or device "
                          f"file(s): {names}. `dvc repro` would hang while hashing them: move "
                          "them out of the corpus folder.")
 

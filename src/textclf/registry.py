@@ -1,5 +1,6 @@
 """The model registry: each evaluated training becomes a version of one registered model,
-`challenger` names the newest, and `champion` moves only through the promotion gate.
+`challenger` names the newest, and `champion` the best eligible version: no guard alarm,
+the highest test macro-F1 among the versions tested on the champion's test split.
 
     python -m textclf.predict models:/textclf@champion article.txt
     mlflow models serve -m models:/textclf@champion --env-manager local
@@ -13,9 +14,12 @@ import mlflow
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
+from textclf.severity import ALARM, with_severity
+
 log = logging.getLogger(__name__)
 CHALLENGER, CHAMPION = "challenger", "champion"
 SPLIT_TAG = "test_split_hash"
+MAX_ROUNDS = 20
 
 
 def split_hash(content_hashes) -> str:
@@ -24,22 +28,18 @@ def split_hash(content_hashes) -> str:
     return hashlib.md5("\n".join(sorted(content_hashes)).encode()).hexdigest()
 
 
-def promotion(new: dict, champion: dict | None) -> tuple[bool, str]:
-    """The gate, on version tags -> (promote?, why). Every guard must pass, and the new
-    macro-F1 must be at least the champion's on the same test split."""
-    failed = sorted(k.removeprefix("guard.") for k, v in new.items() if k.startswith("guard.") and v != "pass")
-    if failed:
-        return False, f"guards not passed: {', '.join(failed)}"
-    if champion is None:
-        return True, "first version that passes every guard"
-    if champion.get(SPLIT_TAG) != new[SPLIT_TAG]:
-        return False, (f"the champion (version {champion['version']}) was tested on another test split; "
-                       "macro-F1 on different documents does not compare. Promote by hand if meant: "
-                       "MlflowClient().set_registered_model_alias(name, 'champion', version)")
-    new_f1, old_f1 = float(new["test_macro_f1"]), float(champion["test_macro_f1"])
-    if new_f1 >= old_f1:
-        return True, f"test macro-F1 {new_f1:.4f} >= champion version {champion['version']}'s {old_f1:.4f}"
-    return False, f"test macro-F1 {new_f1:.4f} < champion version {champion['version']}'s {old_f1:.4f}"
+def alarms(tags: dict[str, str]) -> list[str]:
+    """The guards whose status, on a version's tags, is an alarm (textclf.severity)."""
+    return with_severity({k.removeprefix("guard."): v for k, v in tags.items() if k.startswith("guard.")},
+                         ALARM)
+
+
+def best_version(versions: list[dict], test_split: str) -> dict | None:
+    """The champion by definition: of the versions (tags plus "version") tested on this
+    split and free of guard alarms, the highest test macro-F1; a tie goes to the newest."""
+    eligible = [v for v in versions if v.get(SPLIT_TAG) == test_split and "test_macro_f1" in v
+                and not alarms(v)]
+    return max(eligible, key=lambda v: (float(v["test_macro_f1"]), int(v["version"])), default=None)
 
 
 def version_tags(metrics: dict, test_split: str, commit: str, exp_name: str | None) -> dict[str, str]:
@@ -61,9 +61,44 @@ def _champion(client: MlflowClient, name: str) -> dict | None:
     return {**mv.tags, "version": mv.version}
 
 
+def _versions(client: MlflowClient, name: str) -> list[dict]:
+    return [{**mv.tags, "version": mv.version} for mv in client.search_model_versions(f"name = '{name}'")]
+
+
+def settle_champion(client: MlflowClient, name: str, test_split: str) -> dict | None:
+    """Point `champion` at best_version, then read the versions again and repeat until the
+    alias agrees with them. Two evaluates may interleave anyhow: whichever writes the alias
+    last has read, after its write, every version registered before it, so the alias ends on
+    the best of them (a plain read-compare-write could end on the worse one)."""
+    for _ in range(MAX_ROUNDS):
+        best = best_version(_versions(client, name), test_split)
+        if best is None:
+            return None
+        client.set_registered_model_alias(name, CHAMPION, best["version"])
+        if best_version(_versions(client, name), test_split)["version"] == best["version"]:
+            return best
+    raise RuntimeError(f"the champion of {name} did not settle in {MAX_ROUNDS} rounds: versions "
+                       "keep arriving; run the evaluate again when they stop.")
+
+
+def why(version: dict, best: dict | None, champion: dict | None, test_split: str) -> str:
+    """The gate's decision about `version`, in words."""
+    if champion is not None and champion.get(SPLIT_TAG) != test_split:
+        return (f"the champion (version {champion['version']}) was tested on another test split; "
+                "macro-F1 on different documents does not compare. Promote by hand if meant: "
+                "MlflowClient().set_registered_model_alias(name, 'champion', version)")
+    if alarms(version):
+        return f"guard alarms: {', '.join(alarms(version))}"
+    f1 = float(version["test_macro_f1"])
+    if best["version"] == version["version"]:
+        return f"test macro-F1 {f1:.4f}: the best of the eligible versions on this test split"
+    return (f"test macro-F1 {f1:.4f} < version {best['version']}'s {float(best['test_macro_f1']):.4f} "
+            "on this test split")
+
+
 def register(run: dict, name: str, tags: dict[str, str]) -> dict:
     """Register the run's logged model (once per run: an evaluate rerun reuses its version),
-    point `challenger` at it, and move `champion` if the gate lets it -> the decision."""
+    point `challenger` at it, and `champion` at the best eligible version -> the decision."""
     mlflow.set_tracking_uri(run["tracking_uri"])
     client = MlflowClient(run["tracking_uri"])
     existing = client.search_model_versions(f"name = '{name}' and run_id = '{run['run_id']}'")
@@ -74,16 +109,15 @@ def register(run: dict, name: str, tags: dict[str, str]) -> dict:
     else:
         version = mlflow.register_model(run["model_uri"], name, tags=tags).version
     client.set_registered_model_alias(name, CHALLENGER, version)
-    champion = _champion(client, name)
-    if champion is not None and champion["version"] == version:  # an evaluate rerun
-        promote, why = True, "already the champion"
-    else:
-        promote, why = promotion(tags, champion)
-    if promote:
-        client.set_registered_model_alias(name, CHAMPION, version)
+    champion, split = _champion(client, name), tags[SPLIT_TAG]
+    # the champion moves only among versions tested on its own split
+    best = None if champion is not None and champion.get(SPLIT_TAG) != split else \
+        settle_champion(client, name, split)
+    reason = why({**tags, "version": version}, best, champion, split)
     current = _champion(client, name)
-    decision = {"model": name, "version": int(version), "promoted": promote, "reason": why,
+    promoted = current is not None and current["version"] == version
+    decision = {"model": name, "version": int(version), "promoted": promoted, "reason": reason,
                 "champion": int(current["version"]) if current else None}
     log.info("registered %s version %s (challenger); champion %s: %s", name, version,
-             "moved to it" if promote else "stays", why)
+             "is it" if promoted else f"stays at {decision['champion']}", reason)
     return decision

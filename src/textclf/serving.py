@@ -18,15 +18,19 @@ from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
 
 import textclf
 
+from textclf.io import UserError
+
 TEXT_COLUMN = "text"
 # Per request, so one huge request cannot hold the workers long after its client gave up
 # (the scoring server answers 504 after MLFLOW_SCORING_SERVER_REQUEST_TIMEOUT, 60 s).
 MAX_ROWS_ENV, MAX_CHARS_ENV = "TEXTCLF_SERVE_MAX_ROWS", "TEXTCLF_SERVE_MAX_CHARS"
 MAX_ROWS, MAX_CHARS = 1000, 5_000_000
 PACKAGE = Path(textclf.__file__).parent
-# What loading the model needs; the versions are the ones it was logged with.
-REQUIREMENTS = ("torch", "transformers", "accelerate", "safetensors", "pandas", "numpy",
-                "scikit-learn", "pyyaml", "mlflow")
+# Every distribution that loading the model imports (tests/test_serving.py checks the list
+# against the imports of the textclf modules a load brings in); the versions are the ones
+# it was logged with.
+REQUIREMENTS = ("torch", "transformers", "tokenizers", "safetensors", "pandas", "numpy",
+                "pyyaml", "mlflow")
 
 
 def _limit(env: str, default: int) -> int:
@@ -34,7 +38,7 @@ def _limit(env: str, default: int) -> int:
     if not value:
         return default
     if not value.isdigit() or int(value) < 1:
-        raise ValueError(f"{env}={value!r} must be a positive integer (default {default}).")
+        raise UserError(f"{env}={value!r} must be a positive integer (default {default}).")
     return int(value)
 
 
@@ -42,19 +46,19 @@ def check_request(texts: list) -> None:
     """Refuse, before any work, a request over the row or character limits."""
     rows, max_rows = len(texts), _limit(MAX_ROWS_ENV, MAX_ROWS)
     if rows > max_rows:
-        raise ValueError(f"the request has {rows} rows; the limit is {max_rows} per request "
+        raise UserError(f"the request has {rows} rows; the limit is {max_rows} per request "
                          f"({MAX_ROWS_ENV}): send smaller batches.")
     chars = sum(len(t) for t in texts if isinstance(t, str))
     max_chars = _limit(MAX_CHARS_ENV, MAX_CHARS)
     if chars > max_chars:
-        raise ValueError(f"the request has {chars} characters of text; the limit is {max_chars} "
+        raise UserError(f"the request has {chars} characters of text; the limit is {max_chars} "
                          f"per request ({MAX_CHARS_ENV}): send smaller batches.")
 
 
 def texts_of(model_input) -> list[str]:
     if isinstance(model_input, pd.DataFrame):
         if TEXT_COLUMN not in model_input.columns:
-            raise ValueError(f"input columns {list(model_input.columns)} have no "
+            raise UserError(f"input columns {list(model_input.columns)} have no "
                              f"{TEXT_COLUMN!r} column; send one column named {TEXT_COLUMN!r}.")
         return model_input[TEXT_COLUMN].tolist()
     if isinstance(model_input, pd.Series):
@@ -73,14 +77,17 @@ class TextClassifier(mlflow.pyfunc.PythonModel):
             texts = texts_of(model_input)
             check_request(texts)
             return self.predictor.predict(texts)
-        except ValueError as err:
+        except UserError as err:
             # an MlflowException: the server answers 400 with this message, and no stack
             # trace with the server's file paths
             raise MlflowException(str(err), error_code=INVALID_PARAMETER_VALUE) from None
 
 
 def pinned_requirements() -> list[str]:
-    return [f"{name}=={importlib.metadata.version(name)}" for name in REQUIREMENTS]
+    """name==version for each requirement, without a local version label: torch 2.13.0+cpu
+    is pinned as torch==2.13.0, which a package index can serve (the CPU or CUDA build is
+    the index's choice, not the version's)."""
+    return [f"{name}=={importlib.metadata.version(name).split('+')[0]}" for name in REQUIREMENTS]
 
 
 def log_pyfunc(model_dir: str | Path, examples: list[str]):

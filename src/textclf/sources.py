@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Callable, Iterator
 
+from textclf.io import UserError
+
 # Why an entry cannot be read as a document; None means it is a readable file.
 HIDDEN = "hidden"
 SYMLINK_OUTSIDE = "symlink_outside_root"
@@ -59,21 +61,21 @@ def open_source(source: Path) -> Iterator[list[Entry]]:
         try:
             zf = zipfile.ZipFile(source)
         except zipfile.BadZipFile as err:
-            raise ValueError(f"ingest.source={str(source)!r} is not a readable zip: {err}") from None
+            raise UserError(f"ingest.source={str(source)!r} is not a readable zip: {err}") from None
         with zf:
             yield list(_unique(_zip_entries(zf)))
     elif name.endswith(ARCHIVE_SUFFIXES):
         try:
             tf = tarfile.open(source)
         except tarfile.TarError as err:
-            raise ValueError(f"ingest.source={str(source)!r} is not a readable tar archive: {err}") from None
+            raise UserError(f"ingest.source={str(source)!r} is not a readable tar archive: {err}") from None
         with tf:
             yield list(_unique(_tar_entries(tf)))
     elif source.exists():
-        raise ValueError(f"ingest.source={str(source)!r} is neither a folder nor an archive "
+        raise UserError(f"ingest.source={str(source)!r} is neither a folder nor an archive "
                          f"({', '.join(ARCHIVE_SUFFIXES)}); point it at a folder of class folders.")
     else:
-        raise ValueError(f"ingest.source={str(source)!r} does not exist; set ingest.source in "
+        raise UserError(f"ingest.source={str(source)!r} does not exist; set ingest.source in "
                          "params.yaml to a folder of class folders or an archive of one.")
 
 

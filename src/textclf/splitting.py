@@ -14,6 +14,8 @@ from collections import Counter
 import numpy as np
 import pandas as pd
 
+from textclf.io import UserError
+
 SPLITS = ("train", "validation", "test")
 
 
@@ -69,7 +71,7 @@ def _check_every_class_everywhere(assignment: pd.DataFrame, fractions: dict[str,
         if missing:
             docs = assignment[assignment["label"] == label]
             largest = int(docs["group"].value_counts().max())
-            raise ValueError(
+            raise UserError(
                 f"class {label!r} has {len(docs)} documents in {docs['group'].nunique()} "
                 f"near-duplicate group(s) (largest {largest}), too few to give split(s) {missing} "
                 f"one each with split.fractions={fractions}; add documents, raise "
@@ -80,7 +82,7 @@ def stratified_split(corpus: pd.DataFrame, fractions: dict[str, float], seed: in
     """corpus (doc_id, label, content_hash, group) -> DataFrame(doc_id, label, content_hash,
     group, split) sorted by doc_id."""
     if "group" not in corpus:
-        raise ValueError("the corpus has no `group` column: it was written before near-duplicate "
+        raise UserError("the corpus has no `group` column: it was written before near-duplicate "
                          "grouping; rerun ingest (`dvc repro ingest`).")
     frame = corpus.set_index("doc_id")
     split = assign_splits(frame["label"], frame["group"], fractions, seed)
@@ -99,7 +101,7 @@ def check_disjoint(assignment: pd.DataFrame) -> None:
         per_key = assignment.groupby(column)["split"].nunique()
         leaked = per_key[per_key > 1]
         if len(leaked):
-            raise ValueError(f"{len(leaked)} {column} value(s) appear in more than one split, "
+            raise UserError(f"{len(leaked)} {column} value(s) appear in more than one split, "
                              f"e.g. {leaked.index[0]}; {fix}.")
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from textclf.io import UserError
 from textclf.model_source import resolve_model_name
 
 TRUNCATIONS = ("head", "tail", "head+tail")
@@ -53,7 +54,7 @@ def load_ids_tokenizer(name: str):
 def truncate(body: list[int], budget: int, mode: str) -> list[int]:
     """Keep at most `budget` ids of `body` (special tokens not included)."""
     if mode not in TRUNCATIONS:
-        raise ValueError(f"tokenize.truncation={mode!r} is not one of {TRUNCATIONS}.")
+        raise UserError(f"tokenize.truncation={mode!r} is not one of {TRUNCATIONS}.")
     if len(body) <= budget:
         return body
     if mode == "head":
@@ -78,7 +79,7 @@ def tokenize_texts(tokenizer, texts: list[str], max_length: int, mode: str):
     prefix, suffix = special_frame(tokenizer)
     budget = max_length - len(prefix) - len(suffix)
     if budget < 2:
-        raise ValueError(f"tokenize.max_length={max_length} leaves {budget} tokens after the "
+        raise UserError(f"tokenize.max_length={max_length} leaves {budget} tokens after the "
                          f"{len(prefix) + len(suffix)} special tokens; use at least 16.")
     bodies = tokenizer(list(texts), add_special_tokens=False, verbose=False)["input_ids"]
     ids = [prefix + truncate(b, budget, mode) + suffix for b in bodies]

@@ -18,6 +18,8 @@ from pathlib import Path
 import mlflow
 from mlflow.tracking import MlflowClient
 
+from textclf.io import UserError, read_json
+
 log = logging.getLogger(__name__)
 EXPERIMENT = os.environ.get("MLFLOW_EXPERIMENT_NAME", "textclf")
 # `dvc exp run --temp/--queue` runs in a copy under .dvc/tmp/exps/; runs logged
@@ -54,7 +56,7 @@ def check_store(uri: str, timeout: float = 5.0) -> None:
             urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout).read()
         except (urllib.error.URLError, OSError) as err:
             reason = getattr(err, "reason", err)
-            raise ValueError(f"MLflow tracking server {uri} is unreachable ({reason}): "
+            raise UserError(f"MLflow tracking server {uri} is unreachable ({reason}): "
                              f"{_fix(uri)}.") from None
     quiet = logging.getLogger("mlflow.store.db.utils")  # it logs the whole traceback first
     level, quiet.level = quiet.level, logging.CRITICAL
@@ -63,7 +65,7 @@ def check_store(uri: str, timeout: float = 5.0) -> None:
         MlflowClient(uri).set_experiment_tag(exp_id, "textclf.checked", str(int(time.time())))
     except Exception as err:  # any store failure becomes the one line below
         lines = str(getattr(err, "message", "") or err).strip().splitlines() or [type(err).__name__]
-        raise ValueError(f"MLflow tracking store {uri} cannot be written ({lines[0][:300]}): "
+        raise UserError(f"MLflow tracking store {uri} cannot be written ({lines[0][:300]}): "
                          f"{_fix(uri)}.") from None
     finally:
         quiet.setLevel(level)
@@ -81,7 +83,7 @@ def _check_artifact_root(exp_id: str) -> None:
         probe.write_bytes(b"")
         probe.unlink()
     except OSError as err:
-        raise ValueError(f"MLflow artifact folder {folder} is not writable ({err.strerror or err}): "
+        raise UserError(f"MLflow artifact folder {folder} is not writable ({err.strerror or err}): "
                          "make it a writable folder.") from None
 
 
@@ -162,11 +164,27 @@ def fail_launched_runs(exp_id: str, launch_id: str) -> None:
             log.warning("marked run %s FAILED: a rank of its training failed", run.info.run_id)
 
 
-def run_exists(run_id: str) -> bool:
+def run_exists(run_id: str, uri: str | None = None) -> bool:
     try:
-        return MlflowClient().get_run(run_id).info.lifecycle_stage == "active"
+        return MlflowClient(uri).get_run(run_id).info.lifecycle_stage == "active"
     except mlflow.exceptions.MlflowException:
         return False
+
+
+def training_run(run_file: str | Path) -> dict:
+    """The training run that run_file names, in this machine's store (tracking_uri(): the
+    MLFLOW_TRACKING_URI, else the project's mlflow.db), never the store the file recorded:
+    the file travels through the DVC remote, and on a teammate's machine its URI names
+    someone else's database. Checks the store first, then that the run is in it."""
+    run = read_json(run_file)
+    uri = tracking_uri()
+    check_store(uri)
+    if not run_exists(run["run_id"], uri):
+        raise UserError(f"the training run {run['run_id']} ({run_file}) is not in the tracking store "
+                         f"{uri}; it was logged to {run['tracking_uri']}. Point MLFLOW_TRACKING_URI at "
+                         "that store (or the team's server that holds it), or retrain here: "
+                         "dvc repro -f train.")
+    return {**run, "tracking_uri": uri}
 
 
 def add_to_run(run: dict, metrics: dict | None = None, tags: dict | None = None,
@@ -210,11 +228,28 @@ def file_md5(path: str | Path) -> str:
 
 
 def git_commit() -> str:
+    return _git("rev-parse", "HEAD") or "unknown"
+
+
+def _git(*args: str) -> str:
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True)
+        out = subprocess.run(["git", *args], capture_output=True, text=True, check=True)
         return out.stdout.strip()
     except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+        return ""
+
+
+def run_name() -> str | None:
+    """The MLflow run's name, so that the UI's list matches `dvc exp show` and `git log`: the
+    DVC experiment's name (`dvc exp run -n NAME`, or the one DVC picks), else
+    `<branch>@<short commit>` of the workspace; None outside git (MLflow picks one)."""
+    if os.environ.get("DVC_EXP_NAME"):
+        return os.environ["DVC_EXP_NAME"]
+    short = _git("rev-parse", "--short", "HEAD")
+    if not short:
+        return None
+    branch = _git("branch", "--show-current")
+    return f"{branch}@{short}" if branch else short
 
 
 def lineage_tags() -> dict[str, str]:
@@ -225,11 +260,11 @@ def lineage_tags() -> dict[str, str]:
     return tags
 
 
-def lock_tags(lock: dict, running: str, datasets: set[str] = frozenset()) -> dict[str, str]:
-    """dvc.lock -> tags tying a run to its data and params: the md5 of every stage
-    output (`dvc.out.<path>`) but those the run shows as datasets, and of each stage's
-    params (`dvc.params.<stage>`). The `running` stage's entry is skipped: DVC rewrites it
-    only after the stage ends."""
+def lock_hashes(lock: dict, running: str, datasets: set[str] = frozenset()) -> dict[str, str]:
+    """dvc.lock -> the lineage table of the report: the md5 of every stage output
+    (`dvc.out.<path>`) but those shown as datasets, and of each stage's params
+    (`dvc.params.<stage>`). The `running` stage's entry is skipped: DVC rewrites it only
+    after the stage ends. (The MLflow run holds datasets and the dvc.lock file instead.)"""
     tags = {}
     for stage, entry in (lock.get("stages") or {}).items():
         if stage == running:

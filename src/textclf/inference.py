@@ -1,0 +1,65 @@
+"""Class probabilities from a trained classifier, without the training loop: the device,
+the autocast and one batched forward path. Validation, evaluate, predict and the served
+model all call predict_proba, so the attention mask cannot be dropped at eval time.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+from textclf.batching import Collator, sorted_batches
+from textclf.io import UserError
+
+
+def precision_for(setting: str, cuda_available: bool, bf16_supported: bool) -> str:
+    """train.precision / evaluate.precision -> Accelerate's mixed_precision. `auto`: bf16
+    autocast on a CUDA device that has it, else fp32, so CPU results do not move unless
+    asked; `bf16` also on a CPU (faster on cores with native bf16, see docs/benchmarks.md).
+    fp16 is not offered: it would need loss scaling."""
+    if setting == "fp32" or (setting == "auto" and not (cuda_available and bf16_supported)):
+        return "no"
+    if setting not in ("auto", "bf16"):
+        raise UserError(f"precision={setting!r} must be one of auto, fp32, bf16.")
+    if cuda_available and not bf16_supported:
+        raise UserError("precision=bf16, but this CUDA device has no bf16: set train.precision "
+                         "and evaluate.precision to auto or fp32.")
+    return "bf16"
+
+
+def mixed_precision_here(precision: str) -> str:
+    """precision_for on this machine's device."""
+    cuda = torch.cuda.is_available()
+    return precision_for(precision, cuda, cuda and torch.cuda.is_bf16_supported())
+
+
+def inference_device(precision: str = "auto") -> tuple[torch.device, str]:
+    """Device and autocast ("no" | "bf16") for predict_proba. Inference needs no Accelerator,
+    so evaluating or serving in float32 works in a process that trained in bf16 (the train
+    stage loads its logged model to check the input example)."""
+    mixed = mixed_precision_here(precision)
+    if torch.cuda.is_available():
+        return torch.device("cuda"), mixed
+    return torch.device("mps" if torch.backends.mps.is_available() else "cpu"), mixed
+
+
+@torch.inference_mode()
+def predict_proba(model: nn.Module, input_ids: list[list[int]], batch_size: int, pad_id: int,
+                  device: torch.device, mixed: str = "no") -> np.ndarray:
+    """Class probabilities (N, C) in input order, with bf16 autocast when mixed == "bf16".
+    Validation and evaluation both use this one forward path, so the attention mask cannot
+    be dropped at eval time."""
+    was_training = model.training
+    model.eval()
+    collate = Collator(pad_id)
+    lengths = [len(s) for s in input_ids]
+    out = [None] * len(input_ids)
+    for idx in sorted_batches(lengths, batch_size):
+        batch = collate([(input_ids[i], -1) for i in idx])
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=mixed == "bf16"):
+            logits = model(batch["input_ids"].to(device), batch["attention_mask"].to(device))  # (B, C)
+        probs = torch.softmax(logits.float(), dim=-1).cpu().numpy()
+        for row, i in enumerate(idx):
+            out[i] = probs[row]
+    model.train(was_training)
+    return np.stack(out)

@@ -1,0 +1,27 @@
+"""Bytes to text, by the same rules for a corpus file, a file to classify and stdin.
+
+Kept apart from corpus.py so that inference (predict, the served model) imports nothing
+from ingest: no near-duplicate detection, no source readers, none of their libraries.
+"""
+from __future__ import annotations
+
+import codecs
+
+
+def decode(data: bytes) -> tuple[str | None, str]:
+    """Bytes -> (text, encoding), or (None, skip reason)."""
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        try:
+            return data.decode("utf-16"), "utf-16"
+        except UnicodeDecodeError:
+            return None, "undecodable"
+    if b"\x00" in data:
+        return None, "binary"
+    try:
+        return data.decode("utf-8-sig"), "utf-8"
+    except UnicodeDecodeError:
+        pass
+    try:
+        return data.decode("cp1252"), "cp1252"
+    except UnicodeDecodeError:  # the five bytes cp1252 leaves undefined
+        return data.decode("latin-1"), "latin-1"
