@@ -39,8 +39,8 @@ from textclf.training import EpochSelector, fit, make_accelerator
 
 log = logging.getLogger("train")
 LOGGED_SECTIONS = ("ingest", "tokenize", "split", "model", "train")
-CURVE_FIELDS = ["epoch", "train_loss", "val_accuracy", "val_macro_f1", "top_share", "pred_entropy",
-                "collapsed"]
+CURVE_FIELDS = ["epoch", "train_loss", "val_loss", "val_accuracy", "val_macro_f1", "top_share",
+                "pred_entropy", "collapsed"]
 
 
 class NoTracking:
@@ -179,7 +179,8 @@ def train_and_save(args, params, splits, labels, tokenizer, accelerator, ckpt: C
     if resume and not reopened:  # a new run: give it the epochs trained before the interruption
         for row in epochs.rows:
             tracker.log_metrics({k: v for k, v in row.items() if k != "epoch"}, step=row["epoch"])
-    selector = EpochSelector(cfg.select, cfg.patience, extra.get("selector"), ckpt.resumed_tensors())
+    selector = EpochSelector(cfg.select, cfg.patience, cfg.select_metric, extra.get("selector"),
+                             ckpt.resumed_tensors())
     ckpt.extra_state = lambda: {"run_id": run and run.info.run_id, "rows": epochs.rows,
                                 "collapse": epochs.history, "guards": book.results,
                                 "selector": selector.state()}

@@ -241,3 +241,48 @@ def test_sigterm_to_dvc_stops_the_stage_and_dvc_repro_resumes(tmp_path):
     assert "resuming from checkpoint" in out
     assert client.get_run(run.info.run_id).info.status == "FINISHED"
     assert "up to date" in dvc(repo, "status", "train")
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A folder on its own small tmpfs -> a function that mounts it with `size` bytes."""
+    mounted = []
+
+    def mount(folder: Path, size: int) -> Path:
+        folder.mkdir(parents=True)
+        proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here to fill a disk ({proc.stderr.strip()}); "
+                        "it needs root with CAP_SYS_ADMIN, as CI has")
+        mounted.append(folder)
+        return folder
+    yield mount
+    for folder in mounted:
+        subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+def test_a_full_disk_during_a_save_keeps_the_previous_checkpoint(workdir, small_disk):
+    """Epoch 1's checkpoint sits on a disk with room for about one more half: epoch 2's save
+    fails. The stage stops in one line, epoch 1's checkpoint stays complete and in charge,
+    and once there is room the rerun resumes from it to the very same model."""
+    from textclf.checkpoint import damage
+    name = "full"
+    killed = signalled(workdir, name, signal.SIGKILL, epoch=1)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    size = sum(p.stat().st_size for p in (workdir / name / "ckpt").rglob("*") if p.is_file())
+    disk = small_disk(workdir / "small", int(size * 1.5))
+    shutil.copytree(workdir / name / "ckpt", disk / "ckpt")
+    proc = subprocess.run([sys.executable, "-m", "stages.train",
+                           *train_args(name, ["--checkpoint-dir", str(disk / "ckpt")])],
+                          cwd=workdir, env=env_for(workdir), capture_output=True, text=True, timeout=600)
+    errors = [line for line in proc.stderr.splitlines() if " ERROR " in line]
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr and len(errors) == 1, proc.stderr[-3000:]
+    assert "could not save the checkpoint" in errors[0] and "epoch-1-step-0, stays in charge" in errors[0]
+    assert sorted(p.name for p in (disk / "ckpt").iterdir()) == ["epoch-1-step-0", "latest.json"]
+    assert damage(disk / "ckpt" / "epoch-1-step-0") is None
+
+    shutil.rmtree(workdir / name / "ckpt")
+    shutil.copytree(disk / "ckpt", workdir / name / "ckpt")  # room again
+    assert "epoch 1 done" in finish(workdir, name)
+    assert_same_as_reference(workdir, name)

@@ -12,7 +12,8 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
-from textclf.tracking import file_md5, project_root, tracking_uri
+from textclf.io import file_md5
+from textclf.tracking import project_root, tracking_uri
 
 import conftest
 from conftest import REPO, run_baseline, run_train, write_params
@@ -176,8 +177,8 @@ def test_the_collapse_guard_judges_the_kept_epoch_not_the_last(prepared, monkeyp
     tmp, p = prepared
     write_params(tmp / "params.yaml", train={"epochs": 2, "select": "best"})
     update, detect = EpochSelector.update, guards.collapse_check
-    monkeypatch.setattr(EpochSelector, "update",
-                        lambda self, epoch, score, model: update(self, epoch, 1.0 - epoch / 10, model))
+    monkeypatch.setattr(EpochSelector, "update", lambda self, row, model: update(
+        self, {**row, "val_macro_f1": 1.0 - row["epoch"] / 10}, model))
     seen = []
 
     def collapse_check(pred, y_true, labels, share):  # epoch 1 right, epoch 2 all one class

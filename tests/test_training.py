@@ -14,7 +14,7 @@ from textclf.batching import (PAD_LABEL, Collator, LengthGroupedBatchSampler, Pa
 from textclf.config import EvaluateParams, TrainParams
 from textclf.inference import inference_device, precision_for, predict_proba
 from textclf.training import (EpochSelector, fit, lr_factor, make_accelerator, make_scheduler,
-                              make_train_loader, train_steps)
+                              make_train_loader, train_steps, validation_loss)
 
 
 def test_length_grouped_batches_cover_every_index_once_and_are_seeded():
@@ -240,25 +240,45 @@ def test_train_steps_stops_after_max_steps_and_fit_pieces_compose():
     assert steps == len(loader)  # no max_steps: one full pass
 
 
+def row(epoch: int, f1: float, loss: float) -> dict:
+    return {"epoch": epoch, "val_macro_f1": f1, "val_loss": loss}
+
+
 def test_epoch_selector_keeps_the_best_epoch_and_stops_on_patience():
     model = nn.Linear(2, 2)
     selector = EpochSelector("best", patience=2)
     weights = {}
-    for epoch, score in enumerate([0.5, 0.8, 0.8, 0.6], 1):  # a tie does not replace epoch 2
+    # epoch 3 ties epoch 2 on macro-F1 at a higher loss: epoch 2 stays the best
+    for epoch, (f1, loss) in enumerate([(0.5, 1.0), (0.8, 0.6), (0.8, 0.7), (0.6, 0.9)], 1):
         with torch.no_grad():
             model.weight.fill_(epoch)
         weights[epoch] = model.weight.clone()
-        selector.update(epoch, score, model)
+        selector.update(row(epoch, f1, loss), model)
         assert selector.should_stop() == (epoch == 4)  # 2 epochs past the best
     assert selector.restore(model) == 2 and torch.equal(model.weight, weights[2])
-    resumed = EpochSelector("best", 2, selector.state(), selector.weights)  # as from a checkpoint
+    resumed = EpochSelector("best", 2, state=selector.state(), weights=selector.weights)  # as from a checkpoint
     assert resumed.should_stop() and resumed.kept_epoch == 2
     last = EpochSelector("last")
-    for epoch, score in enumerate([0.9, 0.1], 1):
+    for epoch, f1 in enumerate([0.9, 0.1], 1):
         with torch.no_grad():
             model.weight.fill_(epoch)
-        last.update(epoch, score, model)
+        last.update(row(epoch, f1, 1.0), model)
     assert last.restore(model) == 2 and last.weights is None and model.weight.eq(2).all()
+
+
+@pytest.mark.parametrize("metric, kept", [("macro_f1", 4), ("loss", 5)])
+def test_a_tie_on_macro_f1_goes_to_the_lower_validation_loss(metric, kept):
+    """The demo corpus: macro-F1 reaches 1.0 at epoch 2 and stays there while the loss keeps
+    falling; the epoch kept is the surest one, not the first to reach 1.0."""
+    selector = EpochSelector("best", metric=metric)
+    for epoch, (f1, loss) in enumerate([(0.6, 1.5), (1.0, 1.2), (1.0, 0.8), (1.0, 0.5), (0.9, 0.4)], 1):
+        selector.update(row(epoch, f1, loss), nn.Linear(1, 1))
+    assert selector.kept_epoch == kept
+
+
+def test_validation_loss_is_the_mean_cross_entropy():
+    probs = np.array([[0.5, 0.5], [0.9, 0.1], [0.2, 0.8]])
+    assert validation_loss(probs, [0, 0, 1]) == pytest.approx(-(np.log(0.5) + np.log(0.9) + np.log(0.8)) / 3)
 
 
 @pytest.mark.parametrize("select, patience", [("best", 0), ("best", 1), ("last", 0)])
@@ -273,10 +293,10 @@ def test_fit_returns_the_selected_epochs_weights(select, patience):
                       select=select, patience=patience)
     torch.manual_seed(0)
     model = BagOfEmbeddings()
-    seen = []  # (val macro-F1, weights) after each epoch
+    seen = []  # ((val macro-F1, -val loss), weights) after each epoch
 
     def on_epoch(row, probs):
-        seen.append((row["val_macro_f1"], {k: v.clone() for k, v in model.state_dict().items()}))
+        seen.append(((row["val_macro_f1"], -row["val_loss"]), {k: v.clone() for k, v in model.state_dict().items()}))
 
     optimizer = torch.optim.SGD(model.parameters(), lr=0.3)
     kept = fit(model, optimizer, train, val, cfg, 0, make_accelerator(), on_epoch,

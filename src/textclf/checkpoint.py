@@ -5,11 +5,16 @@ RNG states (read back with torch.load(weights_only=True)); `trainer_state.json` 
 them holds the progress and whatever the stage adds (epoch rows, guard results, run id),
 and `extra.safetensors` the stage's extra tensors (the best epoch's weights).
 
-    models/checkpoint/latest.json          {"key", "dir", "epoch", "step"}: the one to trust
-    models/checkpoint/epoch-2-step-0/      a complete checkpoint
+    models/checkpoint/latest.json          {"key", "dir", "epoch", "step"}: the newest
+    models/checkpoint/epoch-2-step-0/      a complete checkpoint; manifest.json: each file's
+                                           size and md5, written last
 
 A checkpoint is written to `<dir>.tmp`, renamed, and only then named in latest.json (an
-atomic replace), so a kill during a save leaves the previous checkpoint in charge.
+atomic replace), so a kill during a save leaves the previous checkpoint in charge; a save
+that fails (a full disk) removes its `.tmp` and stops the stage in one line, the previous
+checkpoint still in charge. Before resuming, every file is checked against the manifest:
+a damaged checkpoint (a copy cut short, garbage) is discarded in one line, and training
+falls back to an older complete one if any, else starts over; it never trains on garbage.
 The key hashes everything that shapes training: a changed param or input never resumes.
 """
 from __future__ import annotations
@@ -18,6 +23,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 from dataclasses import dataclass, field
@@ -25,12 +31,14 @@ from pathlib import Path
 from typing import Callable
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from textclf.io import interrupt_pending, raise_if_interrupted, read_json, write_json
+from textclf.io import UserError, file_md5, interrupt_pending, raise_if_interrupted, read_json, write_json
 
 log = logging.getLogger(__name__)
-LATEST, STATE, TENSORS = "latest.json", "trainer_state.json", "extra.safetensors"
+LATEST, STATE, TENSORS, MANIFEST = "latest.json", "trainer_state.json", "extra.safetensors", "manifest.json"
+NAME = re.compile(r"^epoch-(\d+)-step-(\d+)$")
 
 
 def training_key(settings: dict, data_files: dict[str, str | Path]) -> str:
@@ -42,6 +50,38 @@ def training_key(settings: dict, data_files: dict[str, str | Path]) -> str:
             for block in iter(lambda: fh.read(1 << 20), b""):
                 digest.update(block)
     return digest.hexdigest()
+
+
+def manifest(folder: Path) -> dict[str, list]:
+    """Every file of a checkpoint folder -> [size, md5]."""
+    return {p.relative_to(folder).as_posix(): [p.stat().st_size, file_md5(p)]
+            for p in sorted(folder.rglob("*")) if p.is_file() and p.name != MANIFEST}
+
+
+def damage(folder: Path) -> str | None:
+    """What is wrong with a checkpoint folder, or None when every file is as it was saved
+    and its trainer state reads."""
+    try:
+        saved = read_json(folder / MANIFEST)
+    except (OSError, ValueError) as err:
+        return f"its {MANIFEST} is missing or unreadable ({type(err).__name__})"
+    for name, (size, md5) in saved.items():
+        path = folder / name
+        if not path.is_file():
+            return f"{name} is missing"
+        if path.stat().st_size != size:
+            return f"{name} has {path.stat().st_size} bytes, {size} were saved (cut short?)"
+        if file_md5(path) != md5:
+            return f"{name} is not what was saved (md5 differs)"
+    if STATE not in saved:
+        return f"it has no {STATE}"
+    return None
+
+
+def _newest_first(folder: Path) -> list[Path]:
+    """Complete checkpoint folders (renamed from .tmp), newest first."""
+    found = [(int(m[1]), int(m[2]), p) for p in folder.iterdir() if p.is_dir() and (m := NAME.match(p.name))]
+    return [p for *_, p in sorted(found, reverse=True)]
 
 
 @dataclass
@@ -62,37 +102,41 @@ class Checkpointer:
         self.main = main  # only the main process deletes (every rank reads)
         self.extra_tensors: Callable[[], dict | None] = lambda: None  # e.g. the best epoch's weights
         self.resume: Progress | None = None
+        self.found: Path | None = None  # the folder `resume` came from
 
     def find(self) -> Progress | None:
-        """The checkpoint to resume from, or None. One made with another key is deleted."""
-        latest = self.folder / LATEST
-        if not latest.is_file():
-            self.clear()  # leftovers of a save that never completed
-            return None
-        info = read_json(latest)
-        if info.get("key") != self.key:
-            log.info("discarding checkpoint %s: it was made with other params or data", self.folder)
-            self.clear()
-            return None
-        state = read_json(self.folder / info["dir"] / STATE)
-        self.resume = Progress(state["epoch"], state["step"], state["loss_sum"], state["extra"])
-        log.info("resuming from checkpoint %s (epoch %d done, step %d of the next)",
-                 self.folder / info["dir"], state["epoch"], state["step"])
-        return self.resume
+        """The newest undamaged checkpoint to resume from, or None. Damaged ones are
+        discarded, naming the damage; one made with another key discards them all."""
+        for candidate in _newest_first(self.folder) if self.folder.is_dir() else []:
+            problem = damage(candidate)
+            if problem:
+                log.warning("discarding checkpoint %s: %s", candidate, problem)
+                if self.main:
+                    shutil.rmtree(candidate, ignore_errors=True)
+                continue
+            state = read_json(candidate / STATE)
+            if state.get("key") != self.key:
+                log.info("discarding checkpoint %s: it was made with other params or data", self.folder)
+                break
+            self.resume = Progress(state["epoch"], state["step"], state["loss_sum"], state["extra"])
+            self.found = candidate
+            log.info("resuming from checkpoint %s (epoch %d done, step %d of the next)",
+                     candidate, state["epoch"], state["step"])
+            return self.resume
+        self.clear()  # nothing to resume: leftovers of saves that never completed, or stale
+        return None
 
     def resumed_tensors(self) -> dict | None:
         """The extra_tensors saved with the checkpoint found, if any."""
-        if self.resume is None:
+        if self.found is None or not (self.found / TENSORS).is_file():
             return None
-        path = self.folder / read_json(self.folder / LATEST)["dir"] / TENSORS
-        return load_file(str(path)) if path.is_file() else None
+        return load_file(str(self.found / TENSORS))
 
     def restore(self, accelerator) -> Progress:
         """After accelerator.prepare: load the found checkpoint's states -> its progress."""
         if self.resume is None:
             return Progress()
-        info = read_json(self.folder / LATEST)
-        accelerator.load_state(str(self.folder / info["dir"]))
+        accelerator.load_state(str(self.found))
         return self.resume
 
     def save(self, accelerator, progress: Progress) -> None:
@@ -101,15 +145,25 @@ class Checkpointer:
         if accelerator.is_main_process:
             shutil.rmtree(tmp, ignore_errors=True)
         accelerator.wait_for_everyone()
-        accelerator.save_state(str(tmp))  # every rank writes its RNG state
-        accelerator.wait_for_everyone()
-        if not accelerator.is_main_process:
-            return
-        tensors = self.extra_tensors()
-        if tensors:
-            save_file(tensors, str(tmp / TENSORS))
-        write_json(tmp / STATE, {"key": self.key, "epoch": progress.epoch, "step": progress.step,
-                                 "loss_sum": progress.loss_sum, "extra": progress.extra})
+        try:
+            accelerator.save_state(str(tmp))  # every rank writes its RNG state
+            accelerator.wait_for_everyone()
+            if not accelerator.is_main_process:
+                return
+            tensors = self.extra_tensors()
+            if tensors:
+                save_file(tensors, str(tmp / TENSORS))
+            write_json(tmp / STATE, {"key": self.key, "epoch": progress.epoch, "step": progress.step,
+                                     "loss_sum": progress.loss_sum, "extra": progress.extra})
+            write_json(tmp / MANIFEST, manifest(tmp))  # last: a folder without it is incomplete
+        except (OSError, RuntimeError, SafetensorError) as err:  # torch.save: RuntimeError
+            shutil.rmtree(tmp, ignore_errors=True)
+            previous = _newest_first(self.folder)
+            raise UserError(f"could not save the checkpoint {final} ({str(err).strip().splitlines()[-1]}); "
+                            + (f"the previous one, {previous[0].name}, stays in charge" if previous
+                               else "no earlier checkpoint exists")
+                            + f": free space under {self.folder}, then rerun the same command to "
+                            "resume.") from err
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)
         write_json(self.folder / LATEST, {"key": self.key, "dir": name, "epoch": progress.epoch,

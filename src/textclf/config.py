@@ -160,12 +160,16 @@ class TrainParams:
     checkpoint_every: int = ranged(0, 0)  # also save a checkpoint every N optimizer steps (0: per epoch only)
     keep_checkpoint: bool = False  # keep models/checkpoint after a successful training
     processes: int = ranged(1, 1, 64)  # >1: the stage reruns itself under torchrun (README, Team setup)
-    select: str = "best"  # best: keep the epoch with the best validation macro-F1 | last
-    patience: int = ranged(0, 0)  # stop after N epochs without a better validation macro-F1 (0: never)
+    select: str = "best"  # best: keep the epoch that scores best on validation (select_metric) | last
+    # macro_f1: the best validation macro-F1, a tie going to the lower validation loss | loss:
+    # the lowest validation loss (smoother: it keeps improving after macro-F1 saturates)
+    select_metric: str = "macro_f1"
+    patience: int = ranged(0, 0)  # stop after N epochs without a better validation score (0: never)
 
     def __post_init__(self):
         _choice("train.precision", self.precision, PRECISIONS)
         _choice("train.select", self.select, ("best", "last"))
+        _choice("train.select_metric", self.select_metric, ("macro_f1", "loss"))
         _choice("train.encoder", self.encoder, ("finetune", "freeze", "last_k"))
         _choice("train.optimizer", self.optimizer, ("adamw", "adam"))
         _choice("train.scheduler", self.scheduler, ("linear", "constant"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -43,6 +44,19 @@ def atomic_path(path: str | Path):
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+
+
+def file_md5(path: str | Path) -> str:
+    """The md5 DVC records for a file in dvc.lock."""
+    digest = hashlib.md5()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def git_commit() -> str:
+    return _git("rev-parse", "HEAD") or "unknown"
 
 
 def write_json(path: str | Path, data: Any) -> None:

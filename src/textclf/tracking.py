@@ -18,7 +18,7 @@ from pathlib import Path
 import mlflow
 from mlflow.tracking import MlflowClient
 
-from textclf.io import UserError, read_json
+from textclf.io import UserError, file_md5, read_json
 
 log = logging.getLogger(__name__)
 EXPERIMENT = os.environ.get("MLFLOW_EXPERIMENT_NAME", "textclf")
@@ -218,25 +218,16 @@ def dataset_sources(run: dict) -> set[str]:
     return {d.dataset.source for d in client.get_run(run["run_id"]).inputs.dataset_inputs}
 
 
-def file_md5(path: str | Path) -> str:
-    """The md5 DVC records for a file in dvc.lock."""
-    digest = hashlib.md5()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def git_commit() -> str:
-    return _git("rev-parse", "HEAD") or "unknown"
-
-
 def _git(*args: str) -> str:
     try:
         out = subprocess.run(["git", *args], capture_output=True, text=True, check=True)
         return out.stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return ""
+
+
+def git_commit() -> str:
+    return _git("rev-parse", "HEAD") or "unknown"
 
 
 def run_name() -> str | None:

@@ -133,26 +133,44 @@ def global_count(labels: torch.Tensor, accelerator: Accelerator) -> torch.Tensor
     return accelerator.reduce(count, "sum") if accelerator.num_processes > 1 else count
 
 
-class EpochSelector:
-    """train.select / train.patience. Tracks the epoch with the best validation macro-F1 (the
-    first one on ties) and, for `best`, a CPU copy of its weights, so the test split never
-    chooses anything. `state` and `weights` come from a checkpoint on resume."""
+def validation_loss(probs: np.ndarray, labels: list[int]) -> float:
+    """Mean cross-entropy of (N, C) probabilities against the labels."""
+    true = probs[np.arange(len(labels)), np.asarray(labels)]
+    return float(-np.log(np.clip(true, 1e-12, None)).mean())
 
-    def __init__(self, select: str = "last", patience: int = 0, state: dict | None = None,
-                 weights: dict[str, torch.Tensor] | None = None):
-        self.select, self.patience = select, patience
+
+class EpochSelector:
+    """train.select / train.select_metric / train.patience. Tracks the epoch that scores best
+    on validation (macro-F1 with ties to the lower loss, or the loss alone) and, for `best`, a
+    CPU copy of its weights, so the test split never chooses anything. `state` and `weights`
+    come from a checkpoint on resume."""
+
+    def __init__(self, select: str = "last", patience: int = 0, metric: str = "macro_f1",
+                 state: dict | None = None, weights: dict[str, torch.Tensor] | None = None):
+        self.select, self.patience, self.metric = select, patience, metric
         state = state or {}
-        self.best_epoch, self.best_score = state.get("best_epoch", 0), state.get("best_score", -1.0)
+        self.best_epoch, self.best_key = state.get("best_epoch", 0), state.get("best_key")
+        self.best_row = state.get("best_row", {})
         self.last_epoch = state.get("last_epoch", 0)
         self.weights = weights
 
     def state(self) -> dict:
-        return {"best_epoch": self.best_epoch, "best_score": self.best_score, "last_epoch": self.last_epoch}
+        return {"best_epoch": self.best_epoch, "best_key": self.best_key, "best_row": self.best_row,
+                "last_epoch": self.last_epoch}
 
-    def update(self, epoch: int, score: float, model: nn.Module) -> None:
-        self.last_epoch = epoch
-        if score > self.best_score:
-            self.best_epoch, self.best_score = epoch, score
+    def key(self, row: dict) -> list[float]:
+        """Larger is better: a tie on macro-F1 (it saturates: every validation document right)
+        goes to the lower loss, the epoch that is more sure of its right answers."""
+        if self.metric == "loss":
+            return [-row["val_loss"]]
+        return [row["val_macro_f1"], -row["val_loss"]]
+
+    def update(self, row: dict, model: nn.Module) -> None:
+        """After an epoch: row holds epoch, val_macro_f1 and val_loss."""
+        self.last_epoch = row["epoch"]
+        key = self.key(row)
+        if self.best_key is None or key > self.best_key:
+            self.best_epoch, self.best_key, self.best_row = row["epoch"], key, dict(row)
             if self.select == "best":  # separate copies: safetensors refuses shared (tied) storage
                 self.weights = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
 
@@ -167,8 +185,9 @@ class EpochSelector:
         """Load the kept epoch's weights into `model` -> that epoch."""
         if self.kept_epoch != self.last_epoch:
             model.load_state_dict(self.weights)
-            log.info("keeping epoch %d (validation macro-F1 %.4f), not the last epoch %d",
-                     self.best_epoch, self.best_score, self.last_epoch)
+            log.info("keeping epoch %d (validation macro-F1 %.4f, loss %.4f), not the last epoch %d",
+                     self.best_epoch, self.best_row["val_macro_f1"], self.best_row["val_loss"],
+                     self.last_epoch)
         return self.kept_epoch
 
 
@@ -177,7 +196,7 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train: Split, val: S
         on_epoch: Callable[[dict, np.ndarray], None], checkpointer=None,
         selector: EpochSelector | None = None) -> nn.Module:
     """Train `model`; after each epoch call on_epoch(row, validation probabilities) with
-    row = {'epoch', 'train_loss', 'val_accuracy', 'val_macro_f1'}. A checkpointer
+    row = {'epoch', 'train_loss', 'val_accuracy', 'val_macro_f1', 'val_loss'}. A checkpointer
     (textclf.checkpoint) restores a found checkpoint and saves new ones. A selector picks
     the epoch whose weights are returned and may stop early (every rank decides alike: each
     scores the whole validation split)."""
@@ -191,8 +210,8 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train: Split, val: S
     start = checkpointer.restore(accelerator) if checkpointer else Progress()
     for epoch in range(start.epoch + 1, cfg.epochs + 1):
         if selector.should_stop():  # checked first, so a resumed training stops alike
-            log.info("stopping early before epoch %d: no better validation macro-F1 for %d epochs "
-                     "(train.patience)", epoch, selector.patience)
+            log.info("stopping early before epoch %d: no better validation %s for %d epochs "
+                     "(train.patience)", epoch, selector.metric, selector.patience)
             break
         sampler.set_epoch(epoch)
         if hasattr(loader, "set_epoch"):
@@ -207,10 +226,10 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train: Split, val: S
         probs = predict_proba(accelerator.unwrap_model(model), val.input_ids, cfg.batch_size * 2,
                               pad_id, accelerator.device, accelerator.mixed_precision)
         scores = classification_scores(val.labels, probs.argmax(axis=1))
-        row = {"epoch": epoch, "train_loss": train_loss,
-               "val_accuracy": scores["accuracy"], "val_macro_f1": scores["macro_f1"]}
+        row = {"epoch": epoch, "train_loss": train_loss, "val_accuracy": scores["accuracy"],
+               "val_macro_f1": scores["macro_f1"], "val_loss": validation_loss(probs, val.labels)}
         log.info("epoch %d: %s", epoch, row)
-        selector.update(epoch, scores["macro_f1"], accelerator.unwrap_model(model))
+        selector.update(row, accelerator.unwrap_model(model))
         if accelerator.is_main_process:
             on_epoch(row, probs)
         if checkpointer is not None:

@@ -1,0 +1,83 @@
+"""Damaged checkpoints: a file cut short, garbage in place of a file, or a missing manifest
+is found before resuming; the checkpoint is discarded in one warning naming the file, and
+training falls back to an older complete checkpoint, else starts over. A real Accelerate
+save (model, optimizer, scheduler, RNG states) of a small linear model: no training needed."""
+import logging
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from accelerate import Accelerator
+from torch import nn
+
+from textclf.checkpoint import MANIFEST, STATE, TENSORS, Checkpointer, Progress, damage
+
+KEY = "k1"
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory) -> Path:
+    """A checkpoint folder holding epoch-1-step-0 and epoch-2-step-0, both complete."""
+    folder = tmp_path_factory.mktemp("ckpt") / "ckpt"
+    torch.manual_seed(0)
+    model = nn.Linear(4, 3)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+    accelerator = Accelerator(cpu=True)
+    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+    ckpt = Checkpointer(folder, KEY, extra_state=lambda: {"rows": [1]})
+    ckpt.extra_tensors = lambda: {"w": torch.ones(2)}
+    ckpt.save(accelerator, Progress(1, 0, 0.0, {"rows": [1]}))
+    shutil.copytree(folder / "epoch-1-step-0", folder.parent / "epoch-1-step-0")  # save deletes it
+    model(torch.ones(2, 4)).sum().backward()
+    optimizer.step()
+    ckpt.save(accelerator, Progress(2, 0, 0.0, {"rows": [1, 2]}))
+    shutil.copytree(folder.parent / "epoch-1-step-0", folder / "epoch-1-step-0")
+    return folder
+
+
+def test_a_saved_checkpoint_lists_every_file_in_its_manifest(saved):
+    files = {p.name for p in (saved / "epoch-2-step-0").iterdir()}
+    assert {STATE, TENSORS, MANIFEST, "model.safetensors", "optimizer.bin"} <= files
+    assert damage(saved / "epoch-2-step-0") is None
+    assert Checkpointer(saved, KEY).find().epoch == 2  # undamaged: the newest
+
+
+def cut_short(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def garbage(path: Path) -> None:  # the same size, other bytes
+    path.write_bytes(bytes(255 - b for b in path.read_bytes()))
+
+
+@pytest.mark.parametrize("how", [cut_short, garbage])
+@pytest.mark.parametrize("name", ["model.safetensors", "optimizer.bin", "scheduler.bin",
+                                  "random_states_0.pkl", STATE, TENSORS, MANIFEST])
+def test_a_damaged_checkpoint_is_discarded_for_the_previous_one(saved, tmp_path, caplog, name, how):
+    folder = shutil.copytree(saved, tmp_path / "ckpt")
+    how(folder / "epoch-2-step-0" / name)
+    caplog.set_level(logging.INFO, logger="textclf.checkpoint")
+    ckpt = Checkpointer(folder, KEY)
+    found = ckpt.find()
+    assert found is not None and (found.epoch, found.extra) == (1, {"rows": [1]})
+    assert ckpt.found == folder / "epoch-1-step-0" and ckpt.resumed_tensors()["w"].tolist() == [1, 1]
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 1 and "discarding checkpoint" in warned[0] and "epoch-2-step-0" in warned[0]
+    assert name in warned[0] or (name == MANIFEST and MANIFEST in warned[0])
+    assert not (folder / "epoch-2-step-0").exists()
+
+
+def test_with_no_complete_checkpoint_training_starts_over(saved, tmp_path, caplog):
+    folder = shutil.copytree(saved, tmp_path / "ckpt")
+    cut_short(folder / "epoch-2-step-0" / "model.safetensors")
+    (folder / "epoch-1-step-0" / STATE).write_text("{not json")
+    (folder / "epoch-3-step-0.tmp").mkdir()  # a save that never completed
+    assert Checkpointer(folder, KEY).find() is None
+    assert not folder.exists()  # nothing left to trip over next time
+
+
+def test_another_key_discards_every_checkpoint(saved, tmp_path):
+    folder = shutil.copytree(saved, tmp_path / "ckpt")
+    assert Checkpointer(folder, "other params").find() is None and not folder.exists()
