@@ -50,12 +50,16 @@ RACER = """import json, sys, time
 from pathlib import Path
 from mlflow.tracking import MlflowClient
 from textclf import registry
-run, tags, pause = json.loads(sys.argv[1]), json.loads(sys.argv[2]), float(sys.argv[3])
+run, tags, stall = json.loads(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3] == "stall"
+stalled, go = Path(sys.argv[4]), Path(sys.argv[5])
 set_alias = MlflowClient.set_registered_model_alias
 def slow_set(self, name, alias, version):
-    if alias == "champion" and pause:  # stall between deciding and writing, as a loaded machine may
-        Path(sys.argv[4]).touch()
-        time.sleep(pause)
+    if alias == "champion" and stall and not stalled.exists():
+        stalled.touch()  # stall between deciding and writing, as a loaded machine may
+        for _ in range(600):
+            if go.exists():
+                break
+            time.sleep(0.1)
     return set_alias(self, name, alias, version)
 MlflowClient.set_registered_model_alias = slow_set
 print(json.dumps(registry.register(run, "racing", tags)))"""
@@ -74,20 +78,21 @@ def test_two_racing_evaluates_leave_the_better_version_champion(tmp_path):
         runs.append({"tracking_uri": uri, "run_id": active.info.run_id,
                      "model_uri": f"runs:/{active.info.run_id}/model"})
     env = {**venv_env(), "PYTHONPATH": str(REPO / "src")}
-    stalled = tmp_path / "a-stalled"
+    stalled, go = tmp_path / "a-stalled", tmp_path / "a-go"
 
-    def racer(run, f1, pause):
+    def racer(run, f1, how):
         tags = {**PASS, "test_macro_f1": f1}
-        return subprocess.Popen([sys.executable, "-c", RACER, json.dumps(run), json.dumps(tags), str(pause),
-                                 str(stalled)], env=env, stdout=subprocess.PIPE, text=True)
-    a = racer(runs[0], "0.70", 8)
+        return subprocess.Popen([sys.executable, "-c", RACER, json.dumps(run), json.dumps(tags), how,
+                                 str(stalled), str(go)], env=env, stdout=subprocess.PIPE, text=True)
+    a = racer(runs[0], "0.70", "stall")
     for _ in range(600):
         if stalled.exists() or a.poll() is not None:
             break
         time.sleep(0.1)
     assert stalled.exists(), "evaluate A never reached the alias write"
-    b = racer(runs[1], "0.90", 0)
-    assert b.wait(120) == 0 and a.wait(120) == 0
+    assert racer(runs[1], "0.90", "run").wait(120) == 0  # B: registers, decides, writes
+    go.touch()  # A writes what it decided before B existed
+    assert a.wait(120) == 0
     client = MlflowClient(uri)
     assert client.get_model_version_by_alias("racing", "champion").version == 2
     assert json.loads(a.stdout.read())["champion"] == 2
