@@ -71,6 +71,12 @@ BUGS = [
     Bug("predict classifies an empty text", "src/textclf/predict.py",
         "        if empty:\n            raise UserError(", "        if False:\n            raise UserError(",
         ("tests/test_serving.py",)),
+    Bug("a damaged checkpoint is resumed", "src/textclf/checkpoint.py",
+        "            problem = damage(candidate)\n", "            problem = None\n",
+        ("tests/test_checkpoint.py",)),
+    Bug("best-epoch selection ignores the validation loss on a macro-F1 tie", "src/textclf/training.py",
+        '        return [row["val_macro_f1"], -row["val_loss"]]', '        return [row["val_macro_f1"]]',
+        ("tests/test_training.py",)),
 ]
 
 
