@@ -26,7 +26,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from textclf.corpus import build_corpus
+from textclf.data.corpus import build_corpus
 from throughput_helpers import table
 
 REPO = Path(__file__).resolve().parents[1]

@@ -29,10 +29,10 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from textclf.baseline import fit_and_score
+from textclf.evaluate.baseline import fit_and_score
 from textclf.config import BaselineParams, NearDuplicateParams, SplitParams
-from textclf.corpus import build_corpus
-from textclf.splitting import stratified_split
+from textclf.data.corpus import build_corpus
+from textclf.data.splitting import stratified_split
 from throughput_helpers import table
 
 REPO = Path(__file__).resolve().parents[1]

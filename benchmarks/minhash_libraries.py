@@ -19,8 +19,8 @@ import datasketch
 import rensa
 
 from textclf.config import NearDuplicateParams
-from textclf.corpus import build_corpus
-from textclf.near_dups import shingles
+from textclf.data.corpus import build_corpus
+from textclf.data.near_dups import shingles
 from throughput_helpers import table
 
 REPO = Path(__file__).resolve().parents[1]

@@ -4,7 +4,7 @@
     .venv/bin/python benchmarks/throughput.py [--max-lengths 256 512] [--steps 10] [--repeats 3]
         [--model NAME] [--bbc ../shared/data/bbc] [--levers] [--skip-dvc] [--gpu-bench]
 
-Training: our step loop (textclf.training.train_steps) vs transformers.Trainer fed as
+Training: our step loop (textclf.train.loop.train_steps) vs transformers.Trainer fed as
 run_classification.py does by default (pad to max_length) and tuned (group_by_length +
 DataCollatorWithPadding): same model, the same BBC documents (one pass over
 steps x batch_size of them), max_length, batch size, steps, AdamW, lr schedule and seed.

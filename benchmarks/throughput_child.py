@@ -23,15 +23,15 @@ from accelerate.utils import set_seed
 from torch.utils.data import DataLoader
 
 from throughput_helpers import chunks, padding_of, pick_documents, token_budget_batches, train_flops
-from textclf.batching import Collator, LengthGroupedBatchSampler, Split, TokenDataset, sorted_batches
+from textclf.model.batching import Collator, LengthGroupedBatchSampler, Split, TokenDataset, sorted_batches
 from textclf.config import IngestParams, ModelParams, TrainParams
-from textclf.corpus import build_corpus
-from textclf.heads import SequenceClassifier
-from textclf.inference import inference_device, predict_proba
-from textclf.modeling import build_model, load_tokenizer
-from textclf.policy import make_optimizer, param_groups
-from textclf.tokens import tokenize_texts
-from textclf.training import make_accelerator, make_scheduler, make_train_loader, train_steps
+from textclf.data.corpus import build_corpus
+from textclf.model.heads import SequenceClassifier
+from textclf.inference.proba import inference_device, predict_proba
+from textclf.model.modeling import build_model, load_tokenizer
+from textclf.model.policy import make_optimizer, param_groups
+from textclf.data.tokens import tokenize_texts
+from textclf.train.loop import make_accelerator, make_scheduler, make_train_loader, train_steps
 
 
 def load_docs(spec: dict) -> tuple[list[str], list[int], list[str]]:
@@ -78,7 +78,7 @@ def ours_accelerator(spec: dict) -> Accelerator:
 
 def train_ours(spec: dict, model: torch.nn.Module, ids: list[list[int]], labels: list[int],
                pad_id: int) -> tuple[dict, list[int]]:
-    """The pipeline's step loop (textclf.training.train_steps) for spec['steps'] steps, after
+    """The pipeline's step loop (textclf.train.loop.train_steps) for spec['steps'] steps, after
     spec['warmup'] untimed ones (compilation, kernel choice) -> (result, timed doc lengths)."""
     lever, warmup = spec.get("lever"), spec.get("warmup", 0)
     cfg = bench_params(spec)

@@ -7,9 +7,9 @@ import logging
 
 import pandas as pd
 
-from textclf.baseline import fit_and_predict
+from textclf.evaluate.baseline import fit_and_predict
 from textclf.config import load_params
-from textclf.evaluation import PROB_PREFIX, classification_scores
+from textclf.evaluate.metrics import PROB_PREFIX, classification_scores
 from textclf.io import run_stage, setup_logging, stage_parser, write_json, write_parquet
 
 log = logging.getLogger("baseline")

@@ -8,17 +8,17 @@ import os
 import numpy as np
 import pandas as pd
 
-from textclf.batching import read_token_splits
-from textclf.comparison import compare, per_class_accuracy
+from textclf.model.batching import read_token_splits
+from textclf.evaluate.comparison import compare, per_class_accuracy
 from textclf.config import load_params
-from textclf.evaluation import (PROB_PREFIX, calibration, classification_scores, metric_names, mlflow_metrics,
+from textclf.evaluate.metrics import (PROB_PREFIX, calibration, classification_scores, metric_names, mlflow_metrics,
                                 test_metrics)
-from textclf.inference import inference_device, predict_proba
+from textclf.inference.proba import inference_device, predict_proba
 from textclf.io import UserError, read_json, run_stage, setup_logging, stage_parser, write_csv, write_json, write_parquet
-from textclf.modeling import load_classifier
+from textclf.model.modeling import load_classifier
 from textclf.predict import probability_frame
-from textclf.registry import register, split_hash, version_tags
-from textclf.tracking import add_to_run, git_commit, training_run
+from textclf.tracking.registry import register, split_hash, version_tags
+from textclf.tracking.runs import add_to_run, git_commit, training_run
 
 log = logging.getLogger("evaluate")
 

@@ -9,7 +9,7 @@ import logging
 from pathlib import Path
 
 from textclf.config import load_params
-from textclf.corpus import build_corpus
+from textclf.data.corpus import build_corpus
 from textclf.io import run_stage, setup_logging, stage_parser, write_json, write_parquet
 
 log = logging.getLogger("ingest")

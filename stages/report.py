@@ -9,15 +9,15 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from textclf import figures
-from textclf.comparison import WORSE
-from textclf.comparison import headline as verdict_line
+from textclf.report import figures
+from textclf.evaluate.comparison import WORSE
+from textclf.evaluate.comparison import headline as verdict_line
 from textclf.config import flatten
-from textclf.document import Alert, Figure, Heading, Para, Table, to_html, to_markdown
-from textclf.evaluation import calibration, metric_names
+from textclf.report.document import Alert, Figure, Heading, Para, Table, to_html, to_markdown
+from textclf.evaluate.metrics import calibration, metric_names
 from textclf.io import read_json, run_stage, setup_logging, stage_parser
 from textclf.severity import ALARM, WARNING, with_severity
-from textclf.tracking import add_to_run, dataset_sources, lock_hashes, log_datasets, training_run
+from textclf.tracking.runs import add_to_run, dataset_sources, lock_hashes, log_datasets, training_run
 
 log = logging.getLogger("report")
 MISTAKES = 20

@@ -7,7 +7,7 @@ import pandas as pd
 
 from textclf.config import load_params
 from textclf.io import run_stage, setup_logging, stage_parser, write_json, write_parquet
-from textclf.splitting import class_counts, stratified_split
+from textclf.data.splitting import class_counts, stratified_split
 
 log = logging.getLogger("split")
 

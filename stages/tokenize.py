@@ -11,7 +11,7 @@ import pandas as pd
 
 from textclf.config import load_params
 from textclf.io import run_stage, setup_logging, stage_parser, write_csv, write_json, write_parquet
-from textclf.tokens import length_histogram, length_stats, load_ids_tokenizer, tokenize_texts
+from textclf.data.tokens import length_histogram, length_stats, load_ids_tokenizer, tokenize_texts
 
 log = logging.getLogger("tokenize")
 

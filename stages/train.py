@@ -24,18 +24,18 @@ import pandas as pd
 import torch
 from accelerate.utils import set_seed
 
-from textclf import guards
-from textclf.batching import Collator, read_token_splits
-from textclf.checkpoint import Checkpointer, Progress, training_key
+from textclf.train import guards
+from textclf.model.batching import Collator, read_token_splits
+from textclf.train.checkpoint import Checkpointer, Progress, training_key
 from textclf.config import flatten, load_params
 from textclf.io import UserError, deferred_interrupts, run_stage, setup_logging, stage_parser, write_csv, write_json
-from textclf.launch import forbid_tracking, is_worker, launch, rank
-from textclf.modeling import build_model, encoder_param_names, load_tokenizer, save_model
-from textclf.policy import apply_policy, describe_groups, find_unused, make_optimizer, param_groups
-from textclf.serving import log_pyfunc
-from textclf.tracking import (check_store, fail_launched_runs, lineage_tags, log_datasets, process_tags,
+from textclf.train.launch import forbid_tracking, is_worker, launch, rank
+from textclf.model.modeling import build_model, encoder_param_names, load_tokenizer, save_model
+from textclf.model.policy import apply_policy, describe_groups, find_unused, make_optimizer, param_groups
+from textclf.inference.serving import log_pyfunc
+from textclf.tracking.runs import (check_store, fail_launched_runs, lineage_tags, log_datasets, process_tags,
                               run_exists, run_name, sweep_stale_runs, tracking_uri, use_experiment)
-from textclf.training import EpochSelector, fit, make_accelerator
+from textclf.train.loop import EpochSelector, fit, make_accelerator
 
 log = logging.getLogger("train")
 LOGGED_SECTIONS = ("ingest", "tokenize", "split", "model", "train")

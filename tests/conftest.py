@@ -95,7 +95,7 @@ def save_tiny_random_bert(folder: Path, dropout: float = 0.1) -> Path:
     import torch
     from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 
-    from textclf.modeling import resolve_model_name
+    from textclf.model.modeling import resolve_model_name
 
     config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                         intermediate_size=64, max_position_embeddings=512, initializer_range=0.2,

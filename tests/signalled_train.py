@@ -10,7 +10,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from stages import train  # noqa: E402
-from textclf.checkpoint import Checkpointer  # noqa: E402
+from textclf.train.checkpoint import Checkpointer  # noqa: E402
 from textclf.io import run_stage  # noqa: E402
 
 

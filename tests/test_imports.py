@@ -24,25 +24,23 @@ NEVER = {"ingest": {"torch", "transformers", "mlflow"}, "split": {"torch", "tran
          "report": {"torch", "transformers"}}
 
 
+def module_file(module: str) -> Path:
+    path = REPO / "src" / Path(*module.split("."))
+    return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+
+
 def textclf_imports(path: Path) -> set[str]:
-    """The textclf modules a file imports anywhere in it (top level or inside functions)."""
+    """The textclf modules a file imports anywhere in it (top level or inside functions),
+    with the packages Python imports on the way (textclf, textclf.data, ...)."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "textclf":
             found.add(node.module)
-            if node.module == "textclf":  # from textclf import figures
-                found |= {f"textclf.{a.name}" for a in node.names
-                          if (REPO / "src" / "textclf" / f"{a.name}.py").is_file()}
+            found |= {f"{node.module}.{a.name}" for a in node.names  # from textclf.report import figures
+                      if module_file(f"{node.module}.{a.name}").is_file()}
         elif isinstance(node, ast.Import):
             found |= {a.name for a in node.names if a.name.split(".")[0] == "textclf"}
-    return found
-
-
-def module_file(module: str) -> Path:
-    parts = module.split(".")
-    if len(parts) == 1:
-        return REPO / "src" / "textclf" / "__init__.py"
-    return REPO / "src" / Path(*parts[:-1]) / f"{parts[-1]}.py"
+    return {".".join(m.split(".")[:i]) for m in found for i in range(1, m.count(".") + 2)}
 
 
 def needed_sources(stage: str) -> set[str]:

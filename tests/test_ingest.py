@@ -20,7 +20,7 @@ if str(REPO) not in sys.path:  # `stages` is not an installed package
     sys.path.insert(0, str(REPO))
 
 from stages import ingest  # noqa: E402
-from textclf.corpus import COLUMNS, build_corpus  # noqa: E402
+from textclf.data.corpus import COLUMNS, build_corpus  # noqa: E402
 
 BBC = REPO / ".." / "shared" / "data" / "bbc"
 MAX = 10_000

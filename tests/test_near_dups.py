@@ -13,9 +13,9 @@ from scipy.sparse.csgraph import connected_components
 
 from stages import ingest
 from textclf.config import NearDuplicateParams
-from textclf.corpus import build_corpus
-from textclf.near_dups import MAX_MISS, find_groups, lsh_bands, shingles
-from textclf.splitting import allocate, stratified_split
+from textclf.data.corpus import build_corpus
+from textclf.data.near_dups import MAX_MISS, find_groups, lsh_bands, shingles
+from textclf.data.splitting import allocate, stratified_split
 
 from conftest import BBC, REPO, write_params
 

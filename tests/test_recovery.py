@@ -22,7 +22,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 from safetensors.torch import load_file
 
-from textclf.tracking import sweep_stale_runs
+from textclf.tracking.runs import sweep_stale_runs
 
 from conftest import GIT_ENV, REPO, copy_prepared, copy_repo, dvc, run_train, write_params
 
@@ -142,7 +142,7 @@ def test_sigterm_mid_epoch_checkpoints_ends_the_run_killed_and_resumes(workdir):
 
 
 def test_a_changed_param_discards_the_checkpoint(workdir, caplog, monkeypatch):
-    caplog.set_level(logging.INFO, logger="textclf.checkpoint")
+    caplog.set_level(logging.INFO, logger="textclf.train.checkpoint")
     monkeypatch.chdir(workdir)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{workdir / 'mlflow.db'}")
     run_train(variant(workdir, "kept", keep_checkpoint=True, epochs=1) + CKPT, "kept/m")
@@ -266,7 +266,7 @@ def test_a_full_disk_during_a_save_keeps_the_previous_checkpoint(workdir, small_
     """Epoch 1's checkpoint sits on a disk with room for about one more half: epoch 2's save
     fails. The stage stops in one line, epoch 1's checkpoint stays complete and in charge,
     and once there is room the rerun resumes from it to the very same model."""
-    from textclf.checkpoint import damage
+    from textclf.train.checkpoint import damage
     name = "full"
     killed = signalled(workdir, name, signal.SIGKILL, epoch=1)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]

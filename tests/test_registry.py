@@ -9,7 +9,7 @@ import time
 import pytest
 from mlflow.tracking import MlflowClient
 
-from textclf.registry import SPLIT_TAG, best_version, split_hash
+from textclf.tracking.registry import SPLIT_TAG, best_version, split_hash
 from textclf.severity import severity
 
 from conftest import REPO, free_port, run_baseline, run_evaluate, run_train, server, venv_env
@@ -49,7 +49,7 @@ def test_every_guard_status_has_one_severity():
 RACER = """import json, sys, time
 from pathlib import Path
 from mlflow.tracking import MlflowClient
-from textclf import registry
+from textclf.tracking import registry
 run, tags, stall = json.loads(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3] == "stall"
 stalled, go = Path(sys.argv[4]), Path(sys.argv[5])
 set_alias = MlflowClient.set_registered_model_alias

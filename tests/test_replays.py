@@ -5,15 +5,15 @@ import numpy as np
 import pytest
 from accelerate.utils import set_seed
 
-from textclf import guards
-from textclf.batching import Split
+from textclf.train import guards
+from textclf.model.batching import Split
 from textclf.config import ModelParams, TrainParams
-from textclf.corpus import build_corpus
-from textclf.inference import predict_proba
-from textclf.modeling import build_model, load_tokenizer
-from textclf.policy import make_optimizer, param_groups
-from textclf.tokens import tokenize_texts
-from textclf.training import fit, make_accelerator
+from textclf.data.corpus import build_corpus
+from textclf.inference.proba import predict_proba
+from textclf.model.modeling import build_model, load_tokenizer
+from textclf.model.policy import make_optimizer, param_groups
+from textclf.data.tokens import tokenize_texts
+from textclf.train.loop import fit, make_accelerator
 
 from conftest import BBC
 

@@ -4,10 +4,10 @@ import pandas as pd
 import pytest
 
 from stages.report import data_section, headline, mistakes_section, near_duplicates_section
-from textclf.comparison import compare
-from textclf.document import Figure, Para, Table, to_html, to_markdown
-from textclf.evaluation import calibration
-from textclf.tracking import lock_hashes
+from textclf.evaluate.comparison import compare
+from textclf.report.document import Figure, Para, Table, to_html, to_markdown
+from textclf.evaluate.metrics import calibration
+from textclf.tracking.runs import lock_hashes
 
 
 def metrics(gap: float, guards=None) -> dict:

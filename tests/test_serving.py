@@ -135,8 +135,8 @@ def test_the_logged_model_requires_what_loading_imports(trained, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     modules = json.loads(proc.stdout.splitlines()[-1])["modules"]
     ours = [m for m in modules if m.split(".")[0] == "textclf"]
-    assert "rensa" not in modules and not {"textclf.corpus", "textclf.near_dups",
-                                           "textclf.sources", "textclf.training"} & set(ours)
+    assert "rensa" not in modules and not {"textclf.data.corpus", "textclf.data.near_dups",
+                                           "textclf.data.sources", "textclf.train.loop"} & set(ours)
     owners = importlib.metadata.packages_distributions()
     imported = {name for m in ours for name in third_party_imports(importlib.import_module(m))}
     pins = requirement_pins(run["model_uri"], tmp_path)

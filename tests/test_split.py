@@ -2,7 +2,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from textclf.splitting import allocate, check_disjoint, class_counts, stratified_split
+from textclf.data.splitting import allocate, check_disjoint, class_counts, stratified_split
 
 FRACTIONS = {"train": 0.6, "validation": 0.2, "test": 0.2}
 

@@ -2,8 +2,8 @@ import pandas as pd
 import pytest
 
 from stages import tokenize as tokenize_stage
-from textclf.modeling import load_tokenizer
-from textclf.tokens import RustTokenizer, length_stats, load_ids_tokenizer, tokenize_texts, truncate
+from textclf.model.modeling import load_tokenizer
+from textclf.data.tokens import RustTokenizer, length_stats, load_ids_tokenizer, tokenize_texts, truncate
 
 from conftest import BBC, REPO, write_params
 

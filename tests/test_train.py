@@ -13,7 +13,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from textclf.io import file_md5
-from textclf.tracking import project_root, tracking_uri
+from textclf.tracking.runs import project_root, tracking_uri
 
 import conftest
 from conftest import REPO, run_baseline, run_train, write_params
@@ -171,8 +171,8 @@ def test_the_collapse_guard_judges_the_kept_epoch_not_the_last(prepared, monkeyp
     (`recovered`, naming epoch 2), not the last. Fault injection: the selector is told
     epoch 1 scored best, and the real collapse detector sees epoch 1 predict the labels and
     epoch 2 predict one class."""
-    from textclf import guards
-    from textclf.training import EpochSelector
+    from textclf.train import guards
+    from textclf.train.loop import EpochSelector
 
     tmp, p = prepared
     write_params(tmp / "params.yaml", train={"epochs": 2, "select": "best"})

@@ -8,12 +8,12 @@ import pytest
 import torch
 from torch import nn
 
-from textclf import training
-from textclf.batching import (PAD_LABEL, Collator, LengthGroupedBatchSampler, Padding, RankShard, Split,
+from textclf.train import loop as training
+from textclf.model.batching import (PAD_LABEL, Collator, LengthGroupedBatchSampler, Padding, RankShard, Split,
                               TokenDataset, sorted_batches)
 from textclf.config import EvaluateParams, TrainParams
-from textclf.inference import inference_device, precision_for, predict_proba
-from textclf.training import (EpochSelector, fit, lr_factor, make_accelerator, make_scheduler,
+from textclf.inference.proba import inference_device, precision_for, predict_proba
+from textclf.train.loop import (EpochSelector, fit, lr_factor, make_accelerator, make_scheduler,
                               make_train_loader, train_steps, validation_loss)
 
 
@@ -131,9 +131,9 @@ def test_inference_precision_is_free_of_the_training_one():
 
 CPU_BF16_RUN = """
 import json, sys, torch
-from textclf.batching import Split
+from textclf.model.batching import Split
 from textclf.config import EvaluateParams, TrainParams
-from textclf.training import make_accelerator, make_scheduler, make_train_loader, train_steps
+from textclf.train.loop import make_accelerator, make_scheduler, make_train_loader, train_steps
 ids = [[(7 * i + j) % 50 + 1 for j in range(3 + i % 9)] for i in range(32)]
 train = Split(ids, [i % 3 for i in range(32)])
 cfg = TrainParams(epochs=1, batch_size=4, warmup_ratio=0.0)

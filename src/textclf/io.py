@@ -55,10 +55,6 @@ def file_md5(path: str | Path) -> str:
     return digest.hexdigest()
 
 
-def git_commit() -> str:
-    return _git("rev-parse", "HEAD") or "unknown"
-
-
 def write_json(path: str | Path, data: Any) -> None:
     with atomic_path(path) as tmp:
         tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")

@@ -5,7 +5,7 @@
     cat headlines.txt | python -m textclf.predict models/model      # one text per line
 
 Prints one tab-separated line per input: source, label, probability of that label.
-The MLflow pyfunc (textclf.serving) wraps the same Predictor, so both give the same numbers.
+The MLflow pyfunc (textclf.inference.serving) wraps the same Predictor, so both give the same numbers.
 """
 from __future__ import annotations
 
@@ -18,12 +18,12 @@ import numpy as np
 import pandas as pd
 from transformers import AutoTokenizer
 
-from textclf.evaluation import PROB_PREFIX
-from textclf.inference import inference_device, predict_proba
+from textclf.evaluate.metrics import PROB_PREFIX
+from textclf.inference.proba import inference_device, predict_proba
 from textclf.io import UserError, read_json, run_stage
-from textclf.modeling import load_classifier
-from textclf.text import decode
-from textclf.tokens import tokenize_texts
+from textclf.model.modeling import load_classifier
+from textclf.data.text import decode
+from textclf.data.tokens import tokenize_texts
 
 log = logging.getLogger("predict")
 
@@ -83,7 +83,7 @@ def model_folder(model: str) -> Path:
     import mlflow  # only for URIs: a local folder needs no tracking store
     import yaml
 
-    from textclf.tracking import tracking_uri
+    from textclf.tracking.runs import tracking_uri
     mlflow.set_tracking_uri(tracking_uri())
     try:
         local = Path(mlflow.artifacts.download_artifacts(artifact_uri=model))

@@ -6,7 +6,7 @@ from torch import nn
 
 from textclf.config import TrainParams
 from textclf.io import UserError
-from textclf.modeling import encoder_param_names
+from textclf.model.modeling import encoder_param_names
 
 
 def find_unused(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> set[str]:

@@ -97,7 +97,7 @@ def check_disjoint(assignment: pd.DataFrame) -> None:
     """No content hash and no near-duplicate group may sit in two splits: either would leak
     test text into training."""
     for column, fix in (("content_hash", "rerun ingest, which removes duplicates"),
-                        ("group", "split by group (textclf.splitting.stratified_split)")):
+                        ("group", "split by group (textclf.data.splitting.stratified_split)")):
         per_key = assignment.groupby(column)["split"].nunique()
         leaked = per_key[per_key > 1]
         if len(leaked):

@@ -7,7 +7,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
 
 from textclf.config import BaselineParams
-from textclf.evaluation import classification_scores
+from textclf.evaluate.metrics import classification_scores
 
 
 def fit_and_predict(train_texts: list[str], train_y: list[str], test_texts: list[str],

@@ -19,11 +19,11 @@ from torch import nn
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
-from textclf.batching import PAD_LABEL, Collator, LengthGroupedBatchSampler, RankShard, Split, TokenDataset
-from textclf.checkpoint import Progress
+from textclf.model.batching import PAD_LABEL, Collator, LengthGroupedBatchSampler, RankShard, Split, TokenDataset
+from textclf.train.checkpoint import Progress
 from textclf.config import TrainParams
-from textclf.evaluation import classification_scores
-from textclf.inference import mixed_precision_here, predict_proba
+from textclf.evaluate.metrics import classification_scores
+from textclf.inference.proba import mixed_precision_here, predict_proba
 from textclf.io import UserError
 
 log = logging.getLogger(__name__)
@@ -197,7 +197,7 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train: Split, val: S
         selector: EpochSelector | None = None) -> nn.Module:
     """Train `model`; after each epoch call on_epoch(row, validation probabilities) with
     row = {'epoch', 'train_loss', 'val_accuracy', 'val_macro_f1', 'val_loss'}. A checkpointer
-    (textclf.checkpoint) restores a found checkpoint and saves new ones. A selector picks
+    (textclf.train.checkpoint) restores a found checkpoint and saves new ones. A selector picks
     the epoch whose weights are returned and may stop early (every rank decides alike: each
     scores the whole validation split)."""
     selector = selector or EpochSelector()

@@ -96,7 +96,7 @@ def log_pyfunc(model_dir: str | Path, examples: list[str]):
     example = pd.DataFrame({TEXT_COLUMN: examples})
     signature = infer_signature(example, Predictor(model_dir).predict(examples))
     return mlflow.pyfunc.log_model(
-        name="model", python_model=str(PACKAGE / "pyfunc_entry.py"),
+        name="model", python_model=str(PACKAGE / "inference" / "pyfunc_entry.py"),
         artifacts={"model_dir": str(model_dir)},
         code_paths=[str(PACKAGE)], signature=signature,
         input_example=example, pip_requirements=pinned_requirements())

@@ -18,9 +18,9 @@ import pandas as pd
 
 from textclf.config import NearDuplicateParams
 from textclf.io import UserError
-from textclf.near_dups import NearDuplicates, find_groups
-from textclf.sources import HIDDEN, UNSAFE_MEMBER, Entry, is_hidden, open_source
-from textclf.text import decode
+from textclf.data.near_dups import NearDuplicates, find_groups
+from textclf.data.sources import HIDDEN, UNSAFE_MEMBER, Entry, is_hidden, open_source
+from textclf.data.text import decode
 
 log = logging.getLogger(__name__)
 

@@ -46,7 +46,7 @@ def load_ids_tokenizer(name: str):
     folder = Path(resolve_model_name(name))
     if (folder / "tokenizer.json").is_file():
         return RustTokenizer(folder / "tokenizer.json")
-    from textclf.modeling import load_tokenizer  # imports torch and transformers
+    from textclf.model.modeling import load_tokenizer  # imports torch and transformers
 
     return load_tokenizer(name)
 

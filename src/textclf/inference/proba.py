@@ -8,7 +8,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from textclf.batching import Collator, sorted_batches
+from textclf.model.batching import Collator, sorted_batches
 from textclf.io import UserError
 
 

@@ -14,7 +14,7 @@ from torch import nn
 from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, AutoTokenizer
 
 from textclf.config import ModelParams, parse_section
-from textclf.heads import PooledClassifier, SequenceClassifier, TextCNNClassifier
+from textclf.model.heads import PooledClassifier, SequenceClassifier, TextCNNClassifier
 from textclf.io import UserError, read_json, write_json
 from textclf.model_source import not_found, resolve_model_name
 

@@ -1,7 +1,7 @@
 """Enumerate the entries of a corpus source: a folder, a .zip, or a tar archive.
 
 Folders and archives yield the same `Entry` records, so every ingest rule is
-applied in one place (textclf.corpus). Nothing here follows a link out of the
+applied in one place (textclf.data.corpus). Nothing here follows a link out of the
 root, opens a FIFO or device, or writes an archive member to disk.
 """
 from __future__ import annotations

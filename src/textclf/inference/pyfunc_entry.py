@@ -2,6 +2,6 @@
 so the logged model holds no pickle (safetensors weights + source only)."""
 from mlflow.models import set_model
 
-from textclf.serving import TextClassifier
+from textclf.inference.serving import TextClassifier
 
 set_model(TextClassifier())

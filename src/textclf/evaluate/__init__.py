@@ -1,0 +1,1 @@
+"""Scores: test metrics, calibration, the paired comparison with the baseline, the baseline."""

@@ -1,0 +1,1 @@
+"""What a model is: heads, build/save/load, the encoder policy, and its input batches."""

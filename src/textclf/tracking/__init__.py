@@ -1,0 +1,1 @@
+"""MLflow: the store, runs and their lineage, the model registry."""

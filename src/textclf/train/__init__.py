@@ -1,0 +1,1 @@
+"""Training: the loop, checkpoints, guards, the multi-process launcher, and the stage's run."""
