@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from stages import ingest, split, tokenize, train  # noqa: E402
 from textclf.severity import ALARM, with_severity  # noqa: E402
+from textclf.train import run as train_run  # noqa: E402
 
 log = logging.getLogger("guards-benchmark")
 SMALL_CLASSES = {"business": "C++", "politics": "a b", "tech": "Ünïcode"}
@@ -83,8 +84,8 @@ def write_params(path: Path, sections: dict) -> Path:
 @contextlib.contextmanager
 def head_only_optimizer():
     """The seed's TextCNN mistake: the optimizer is built from the head's parameters alone."""
-    groups = train.param_groups
-    with mock.patch.object(train, "param_groups",
+    groups = train_run.param_groups
+    with mock.patch.object(train_run, "param_groups",
                            lambda model, cfg: [g for g in groups(model, cfg) if g["name"].startswith("head")]):
         yield
 

@@ -9,7 +9,8 @@ import pandas as pd
 
 from textclf.evaluate.baseline import fit_and_predict
 from textclf.config import load_params
-from textclf.evaluate.metrics import PROB_PREFIX, classification_scores
+from textclf.evaluate.metrics import classification_scores
+from textclf.inference.frames import PROB_PREFIX
 from textclf.io import run_stage, setup_logging, stage_parser, write_json, write_parquet
 
 log = logging.getLogger("baseline")

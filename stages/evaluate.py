@@ -2,59 +2,8 @@
 and the same numbers logged into the training run in MLflow."""
 from __future__ import annotations
 
-import logging
-import os
-
-import numpy as np
-import pandas as pd
-
-from textclf.model.batching import read_token_splits
-from textclf.evaluate.comparison import compare, per_class_accuracy
-from textclf.config import load_params
-from textclf.evaluate.metrics import (PROB_PREFIX, calibration, classification_scores, metric_names, mlflow_metrics,
-                                test_metrics)
-from textclf.inference.proba import inference_device, predict_proba
-from textclf.io import UserError, read_json, run_stage, setup_logging, stage_parser, write_csv, write_json, write_parquet
-from textclf.model.modeling import load_classifier
-from textclf.predict import probability_frame
-from textclf.tracking.registry import register, split_hash, version_tags
-from textclf.tracking.runs import add_to_run, git_commit, training_run
-
-log = logging.getLogger("evaluate")
-
-
-def prediction_frame(doc_ids: list[str], y_true, probs: np.ndarray, labels: list[str]) -> pd.DataFrame:
-    """One row per test document: true and predicted label, the predicted label's
-    probability, whether it was right, and every class probability."""
-    frame = probability_frame(probs, labels).rename(columns={"label": "predicted"})
-    frame.insert(0, "doc_id", doc_ids)
-    frame.insert(1, "label", [labels[i] for i in y_true])
-    frame.insert(4, "correct", frame["label"] == frame["predicted"])
-    return frame
-
-
-def versus_baseline(predictions: pd.DataFrame, baseline: pd.DataFrame, labels: list[str], cfg) -> dict:
-    """The paired comparison, per-class accuracy of both, and (evaluate.ensemble) the scores
-    of the mean of both systems' probabilities, all on the same test documents."""
-    if set(baseline["doc_id"]) != set(predictions["doc_id"]):
-        raise UserError("the baseline predictions cover other test documents than the model's; "
-                         "rerun both on the same split: dvc repro baseline evaluate.")
-    if set(baseline.filter(like=PROB_PREFIX).columns) - {PROB_PREFIX + c for c in labels}:
-        raise UserError(f"the baseline predicts classes the model does not know ({labels}); "
-                         "rerun train and baseline on the same corpus: dvc repro.")
-    base = baseline.set_index("doc_id").loc[predictions["doc_id"]]  # the model's document order
-    out = {"comparison": compare(predictions["correct"].to_numpy(),
-                                 (base["predicted"] == base["label"]).to_numpy(),
-                                 cfg.bootstrap, cfg.seed, cfg.alpha),
-           "per_class_accuracy": per_class_accuracy(labels, predictions["label"],
-                                                    predictions["predicted"], base["predicted"])}
-    if cfg.ensemble:  # a class the baseline never saw in training gets probability 0 there
-        cols = [PROB_PREFIX + c for c in labels]
-        base_probs = base.reindex(columns=cols, fill_value=0.0).to_numpy()
-        mean = (predictions[cols].to_numpy() + base_probs) / 2  # (N, C)
-        out["ensemble"] = classification_scores(predictions["label"],
-                                                [labels[i] for i in mean.argmax(axis=1)])
-    return out
+from textclf.evaluate.run import run
+from textclf.io import run_stage, setup_logging, stage_parser
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -74,41 +23,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="output parquet: per test document, label, prediction, probabilities")
     args = parser.parse_args(argv)
     setup_logging()
-    cfg = load_params(args.params)["evaluate"]
-    run = training_run(args.run_file)  # before the work: fail in one line, naming the store
-    model, labels = load_classifier(args.model_dir)
-    pad_id = int(model.encoder.config.pad_token_id or 0)
-    test = read_token_splits(args.tokens, args.splits, labels)[0]["test"]
-    input_ids, y_true = test.input_ids, test.labels
-    device, mixed = inference_device(cfg.precision)
-    model.to(device)
-    probs = predict_proba(model, input_ids, cfg.batch_size, pad_id, device, mixed)
-    y_pred = probs.argmax(axis=1)
-    metrics = test_metrics(y_true, y_pred, labels)
-    predictions = prediction_frame(test.doc_ids, y_true, probs, labels)
-    metrics["ece"] = calibration(predictions["probability"], predictions["correct"])["ece"]
-    metrics["guards"] = {name: g["status"] for name, g in read_json(args.guards).items()}
-    metrics["baseline"] = read_json(args.baseline)
-    metrics["gap"] = {k: metrics[k] - metrics["baseline"][k] for k in ("accuracy", "macro_f1")}
-    metrics.update(versus_baseline(predictions, pd.read_parquet(args.baseline_predictions), labels, cfg))
-    metrics["kept_epoch"] = run.get("kept_epoch")
-    metrics["mlflow"] = {"run_id": run["run_id"], "model_uri": run["model_uri"]}  # run -> metrics
-    if cfg.register:
-        splits = pd.read_parquet(args.splits)
-        test_split = split_hash(splits.loc[splits["split"] == "test", "content_hash"])
-        tags = version_tags(metrics, test_split, git_commit(), os.environ.get("DVC_EXP_NAME"))
-        metrics["registry"] = register(run, cfg.registered_model, tags)
-    write_json(args.metrics, metrics)
-    write_parquet(predictions, args.predictions)
-    write_csv(pd.DataFrame({"actual": [labels[i] for i in y_true],
-                            "predicted": [labels[i] for i in y_pred]}), args.confusion)
-    write_csv(pd.DataFrame([{"class": c, **{k: s[k] for k in ("f1", "precision", "recall")}}
-                            for c, s in metrics["per_class"].items()]), args.per_class)
-    add_to_run(run, metrics=mlflow_metrics(metrics), tags={"verdict": metrics["comparison"]["verdict"]},
-               artifacts=(args.metrics, args.confusion), dicts={"class_names.json": metric_names(labels)})
-    log.info("test accuracy %.4f, macro-F1 %.4f, ECE %.4f on %d documents; versus the baseline: %s",
-             metrics["accuracy"], metrics["macro_f1"], metrics["ece"], metrics["n_test"],
-             metrics["comparison"]["verdict"])
+    run(args)
 
 
 if __name__ == "__main__":

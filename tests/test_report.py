@@ -3,7 +3,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from stages.report import data_section, headline, mistakes_section, near_duplicates_section
+from textclf.report.sections import data_section, headline, mistakes_section, near_duplicates_section
 from textclf.evaluate.comparison import compare
 from textclf.report.document import Figure, Para, Table, to_html, to_markdown
 from textclf.evaluate.metrics import calibration

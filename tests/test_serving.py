@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from textclf.predict import Predictor
+from textclf.inference.predictor import Predictor
 
 from conftest import REPO, free_port, server, venv_env
 

@@ -78,7 +78,7 @@ def test_train_then_evaluate_log_one_run(tiny_trained, tmp_path):
     mlflow.set_tracking_uri(run_file["tracking_uri"])  # conftest restores it after the test
     logged = Path(mlflow.artifacts.download_artifacts(artifact_uri=model_uri, dst_path=str(tmp_path)))
     files = {p.relative_to(logged).as_posix() for p in logged.rglob("*") if p.is_file()}
-    assert {"MLmodel", "pyfunc_entry.py", "code/textclf/serving.py"} <= files
+    assert {"MLmodel", "pyfunc_entry.py", "code/textclf/inference/serving.py"} <= files
     assert any(f.endswith("/model.safetensors") for f in files)
     assert not any(f.endswith((".pkl", ".bin", ".pt")) for f in files)  # no pickle anywhere
 

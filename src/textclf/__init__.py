@@ -1,6 +1,3 @@
-"""textclf: shared code for the DVC stages that fine-tune BERT-family classifiers."""
-import os
+"""textclf: shared code for the DVC stages that fine-tune BERT-family classifiers.
 
-# Model hubs are usually unreachable where this runs; fail fast instead of retrying.
-# Set HF_HUB_OFFLINE=0 to let transformers download hub models.
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+The layers, top to bottom, are in docs/architecture.md. Importing it does nothing else."""

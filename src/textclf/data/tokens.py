@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from textclf.io import UserError
-from textclf.model_source import resolve_model_name
+from textclf.model_source import hub_offline, not_found, resolve_model_name
 
 TRUNCATIONS = ("head", "tail", "head+tail")
 # Sun et al. 2019 ("How to Fine-Tune BERT for Text Classification?") keep the first
@@ -42,13 +42,17 @@ class RustTokenizer:
 
 def load_ids_tokenizer(name: str):
     """The tokenizer of model.name for tokenize_texts: its tokenizer.json without transformers
-    where the model is a folder or a package, else (a hub id) transformers' own."""
+    where the model is a folder or a package, else (a hub id) transformers' own, from the hub
+    cache unless HF_HUB_OFFLINE=0 (model_source.hub_offline)."""
     folder = Path(resolve_model_name(name))
     if (folder / "tokenizer.json").is_file():
         return RustTokenizer(folder / "tokenizer.json")
-    from textclf.model.modeling import load_tokenizer  # imports torch and transformers
+    from transformers import AutoTokenizer  # a hub id only: the one transformers import in data/
 
-    return load_tokenizer(name)
+    try:
+        return AutoTokenizer.from_pretrained(name, local_files_only=hub_offline())
+    except OSError as err:
+        raise not_found(name, err) from None
 
 
 def truncate(body: list[int], budget: int, mode: str) -> list[int]:

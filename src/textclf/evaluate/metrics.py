@@ -14,7 +14,6 @@ import numpy as np
 
 from textclf.io import UserError
 
-PROB_PREFIX = "prob_"  # prediction frames: one column of probabilities per class
 
 
 def confusion(y_true: np.ndarray, y_pred: np.ndarray, n: int) -> np.ndarray:

@@ -68,7 +68,7 @@ def texts_of(model_input) -> list[str]:
 
 class TextClassifier(mlflow.pyfunc.PythonModel):
     def load_context(self, context) -> None:
-        from textclf.predict import Predictor  # torch and the model load only here
+        from textclf.inference.predictor import Predictor  # torch and the model load only here
         self.predictor = Predictor(context.artifacts["model_dir"])
 
     def predict(self, context, model_input: pd.DataFrame, params=None) -> pd.DataFrame:
@@ -92,7 +92,7 @@ def pinned_requirements() -> list[str]:
 
 def log_pyfunc(model_dir: str | Path, examples: list[str]):
     """Log the model folder as a pyfunc under the active run -> mlflow ModelInfo."""
-    from textclf.predict import Predictor
+    from textclf.inference.predictor import Predictor
     example = pd.DataFrame({TEXT_COLUMN: examples})
     signature = infer_signature(example, Predictor(model_dir).predict(examples))
     return mlflow.pyfunc.log_model(

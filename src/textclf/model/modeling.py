@@ -16,20 +16,26 @@ from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassificati
 from textclf.config import ModelParams, parse_section
 from textclf.model.heads import PooledClassifier, SequenceClassifier, TextCNNClassifier
 from textclf.io import UserError, read_json, write_json
-from textclf.model_source import not_found, resolve_model_name
+from textclf.model_source import hub_offline, not_found, resolve_model_name
 
 HEAD_FILE = "head.safetensors"
 
 
 def load_tokenizer(name: str):
     try:
-        tokenizer = AutoTokenizer.from_pretrained(resolve_model_name(name))
+        tokenizer = AutoTokenizer.from_pretrained(resolve_model_name(name), local_files_only=hub_offline())
     except OSError as err:
         raise not_found(name, err) from None
     if not tokenizer.is_fast:
         raise UserError(f"model.name={name!r} has no fast tokenizer; pick a model that ships "
                          "tokenizer.json.")
     return tokenizer
+
+
+def pad_id(tokenizer) -> int:
+    """The id batches are padded with: the tokenizer's, else 0 (its padding is masked out,
+    so only a real token id matters, not which one)."""
+    return int(tokenizer.pad_token_id) if tokenizer.pad_token_id is not None else 0
 
 
 def _label_kwargs(labels: list[str]) -> dict:
@@ -41,11 +47,12 @@ def _load(auto_cls, cfg: ModelParams, labels: list[str]) -> tuple[nn.Module, set
     """-> (model, names of parameters NOT loaded from the checkpoint)."""
     path = resolve_model_name(cfg.name)
     if cfg.init == "config":  # the classic mistake, kept on purpose: a random encoder
-        model = auto_cls.from_config(AutoConfig.from_pretrained(path, **_label_kwargs(labels)))
+        model = auto_cls.from_config(AutoConfig.from_pretrained(path, local_files_only=hub_offline(),
+                                                              **_label_kwargs(labels)))
         return model, {n for n, _ in model.named_parameters()}
     try:
         model, info = auto_cls.from_pretrained(path, output_loading_info=True, use_safetensors=True,
-                                               **_label_kwargs(labels))
+                                               local_files_only=hub_offline(), **_label_kwargs(labels))
     except OSError as err:
         raise not_found(cfg.name, err) from None
     mismatched = {m[0] if isinstance(m, tuple) else m for m in info.get("mismatched_keys", ())}

@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import io
 
-import matplotlib
-
-matplotlib.use("Agg")  # no display where the pipeline runs
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure  # not pyplot: no global backend to choose, no display needed
 
 DPI = 110
 
@@ -17,16 +14,19 @@ DPI = 110
 def _png(fig) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight")
-    plt.close(fig)
     return buf.getvalue()
 
 
 def training_curves(curve: pd.DataFrame) -> bytes:
-    """Train loss (left) and validation accuracy / macro-F1 / top class share (right) per
+    """Train and validation loss (left) and validation accuracy / macro-F1 / top class share (right) per
     epoch: a collapse shows as the top share jumping towards 1."""
-    fig, (loss_ax, val_ax) = plt.subplots(1, 2, figsize=(9, 3.2))
-    loss_ax.plot(curve["epoch"], curve["train_loss"], marker="o")
-    loss_ax.set(title="training loss", xlabel="epoch", ylabel="cross-entropy")
+    fig = Figure(figsize=(9, 3.2))
+    loss_ax, val_ax = fig.subplots(1, 2)
+    loss_ax.plot(curve["epoch"], curve["train_loss"], marker="o", label="train")
+    if "val_loss" in curve:
+        loss_ax.plot(curve["epoch"], curve["val_loss"], marker="o", label="validation")
+    loss_ax.set(title="loss", xlabel="epoch", ylabel="cross-entropy")
+    loss_ax.legend(loc="upper right")
     for column in ("val_accuracy", "val_macro_f1", "top_share"):
         val_ax.plot(curve["epoch"], curve[column], marker="o", label=column.replace("val_", ""))
     val_ax.set(title="validation", xlabel="epoch", ylim=(0, 1.02))
@@ -42,7 +42,8 @@ def confusion_heatmap(confusion: dict[str, dict[str, int]]) -> bytes:
     labels = list(confusion)
     matrix = np.array([[confusion[a][p] for p in labels] for a in labels])  # (C, C)
     size = 1.2 + 0.7 * len(labels)
-    fig, ax = plt.subplots(figsize=(size + 1, size))
+    fig = Figure(figsize=(size + 1, size))
+    ax = fig.subplots()
     image = ax.imshow(matrix, cmap="Blues")
     ax.set_xticks(range(len(labels)), labels, rotation=45, ha="right")
     ax.set_yticks(range(len(labels)), labels)
@@ -58,7 +59,8 @@ def confusion_heatmap(confusion: dict[str, dict[str, int]]) -> bytes:
 def reliability_diagram(bins: list[dict], ece: float) -> bytes:
     """Accuracy against mean confidence per confidence bin; the diagonal is perfect
     calibration. Bar width is the bin, the count is written above it."""
-    fig, ax = plt.subplots(figsize=(4.5, 4))
+    fig = Figure(figsize=(4.5, 4))
+    ax = fig.subplots()
     ax.plot([0, 1], [0, 1], linestyle="--", color="grey", label="perfect calibration")
     for b in bins:
         ax.bar(b["low"], b["accuracy"], width=b["high"] - b["low"], align="edge",
@@ -75,7 +77,8 @@ def reliability_diagram(bins: list[dict], ece: float) -> bytes:
 
 def token_lengths(histogram: pd.DataFrame, max_length: int) -> bytes:
     """Documents per token-length bucket; the red line is tokenize.max_length."""
-    fig, ax = plt.subplots(figsize=(6, 3))
+    fig = Figure(figsize=(6, 3))
+    ax = fig.subplots()
     widths = histogram["tokens_to"] - histogram["tokens_from"]
     ax.bar(histogram["tokens_from"], histogram["documents"], width=widths, align="edge",
            edgecolor="black", alpha=0.8)

@@ -18,7 +18,7 @@ from pathlib import Path
 import mlflow
 from mlflow.tracking import MlflowClient
 
-from textclf.io import UserError, file_md5, read_json
+from textclf.io import UserError, file_md5, proc_stat, read_json
 
 log = logging.getLogger(__name__)
 EXPERIMENT = os.environ.get("MLFLOW_EXPERIMENT_NAME", "textclf")
@@ -110,11 +110,7 @@ def use_experiment(uri: str | None = None) -> str:
 def _process_start(pid: int) -> str:
     """Start time of a process in clock ticks since boot (Linux), so that a reused pid is
     not mistaken for the process that opened a run; "" where /proc is absent."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return ""
-    return stat.rsplit(")", 1)[1].split()[19]
+    return "".join(proc_stat(pid)[19:20])
 
 
 def process_tags() -> dict[str, str]:

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import subprocess
 import sys
 import uuid
 
-from textclf.io import Interrupted
+from textclf.io import Interrupted, die_with_parent
 
 log = logging.getLogger(__name__)
 
@@ -37,13 +36,6 @@ def forbid_tracking() -> None:
     logging.getLogger().setLevel(logging.WARNING)  # rank 0 logs for everyone
 
 
-def _die_with_parent() -> None:
-    # torchrun's agent gets SIGTERM when this launcher dies, and passes it to the workers
-    import ctypes
-
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
 LAUNCH_ID = "TEXTCLF_LAUNCH_ID"  # lets the launcher find the run its rank 0 opened
 
 
@@ -56,8 +48,9 @@ def launch(module: str, argv: list[str], processes: int) -> tuple[int, str]:
     log.info("launching %d processes: %s", processes, " ".join(cmd))
     env = {**os.environ, LAUNCH_ID: launch_id, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS") or
            str(max(1, (os.cpu_count() or 1) // processes))}  # torchrun would set 1
+    # torchrun's agent gets SIGTERM when this launcher dies, and passes it to the workers
     proc = subprocess.Popen(cmd, env=env,
-                            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
+                            preexec_fn=die_with_parent if sys.platform.startswith("linux") else None)
     try:
         return proc.wait(), launch_id
     except Interrupted as err:

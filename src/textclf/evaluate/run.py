@@ -1,0 +1,95 @@
+"""The evaluate stage's work: the model on the test split, its metrics and calibration, the
+paired comparison with the baseline, the registry, and all of it into the training run."""
+from __future__ import annotations
+
+import logging
+import os
+
+import numpy as np
+import pandas as pd
+
+from textclf.config import load_params
+from textclf.evaluate.comparison import compare, per_class_accuracy
+from textclf.evaluate.metrics import calibration, classification_scores, metric_names, mlflow_metrics, test_metrics
+from textclf.inference.frames import PROB_PREFIX, probability_frame
+from textclf.inference.proba import inference_device, predict_proba
+from textclf.io import UserError, read_json, write_csv, write_json, write_parquet
+from textclf.model.batching import read_token_splits
+from textclf.model.modeling import load_classifier, load_tokenizer, pad_id
+from textclf.tracking.registry import register, split_hash, version_tags
+from textclf.tracking.runs import add_to_run, git_commit, training_run
+
+log = logging.getLogger("evaluate")
+
+
+def prediction_frame(doc_ids: list[str], y_true, probs: np.ndarray, labels: list[str]) -> pd.DataFrame:
+    """One row per test document: true and predicted label, the predicted label's
+    probability, whether it was right, and every class probability."""
+    frame = probability_frame(probs, labels).rename(columns={"label": "predicted"})
+    frame.insert(0, "doc_id", doc_ids)
+    frame.insert(1, "label", [labels[i] for i in y_true])
+    frame.insert(4, "correct", frame["label"] == frame["predicted"])
+    return frame
+
+
+def versus_baseline(predictions: pd.DataFrame, baseline: pd.DataFrame, labels: list[str], cfg) -> dict:
+    """The paired comparison, per-class accuracy of both, and (evaluate.ensemble) the scores
+    of the mean of both systems' probabilities, all on the same test documents."""
+    if set(baseline["doc_id"]) != set(predictions["doc_id"]):
+        raise UserError("the baseline predictions cover other test documents than the model's; "
+                         "rerun both on the same split: dvc repro baseline evaluate.")
+    if set(baseline.filter(like=PROB_PREFIX).columns) - {PROB_PREFIX + c for c in labels}:
+        raise UserError(f"the baseline predicts classes the model does not know ({labels}); "
+                         "rerun train and baseline on the same corpus: dvc repro.")
+    base = baseline.set_index("doc_id").loc[predictions["doc_id"]]  # the model's document order
+    out = {"comparison": compare(predictions["correct"].to_numpy(),
+                                 (base["predicted"] == base["label"]).to_numpy(),
+                                 cfg.bootstrap, cfg.seed, cfg.alpha),
+           "per_class_accuracy": per_class_accuracy(labels, predictions["label"],
+                                                    predictions["predicted"], base["predicted"])}
+    if cfg.ensemble:  # a class the baseline never saw in training gets probability 0 there
+        cols = [PROB_PREFIX + c for c in labels]
+        base_probs = base.reindex(columns=cols, fill_value=0.0).to_numpy()
+        mean = (predictions[cols].to_numpy() + base_probs) / 2  # (N, C)
+        out["ensemble"] = classification_scores(predictions["label"],
+                                                [labels[i] for i in mean.argmax(axis=1)])
+    return out
+
+
+def run(args) -> None:
+    """The stage, from its parsed arguments."""
+    cfg = load_params(args.params)["evaluate"]
+    training = training_run(args.run_file)  # before the work: fail in one line, naming the store
+    model, labels = load_classifier(args.model_dir)
+    test = read_token_splits(args.tokens, args.splits, labels)[0]["test"]
+    input_ids, y_true = test.input_ids, test.labels
+    device, mixed = inference_device(cfg.precision)
+    model.to(device)
+    probs = predict_proba(model, input_ids, cfg.batch_size, pad_id(load_tokenizer(args.model_dir)),
+                          device, mixed)
+    y_pred = probs.argmax(axis=1)
+    metrics = test_metrics(y_true, y_pred, labels)
+    predictions = prediction_frame(test.doc_ids, y_true, probs, labels)
+    metrics["ece"] = calibration(predictions["probability"], predictions["correct"])["ece"]
+    metrics["guards"] = {name: g["status"] for name, g in read_json(args.guards).items()}
+    metrics["baseline"] = read_json(args.baseline)
+    metrics["gap"] = {k: metrics[k] - metrics["baseline"][k] for k in ("accuracy", "macro_f1")}
+    metrics.update(versus_baseline(predictions, pd.read_parquet(args.baseline_predictions), labels, cfg))
+    metrics["kept_epoch"] = training.get("kept_epoch")
+    metrics["mlflow"] = {"run_id": training["run_id"], "model_uri": training["model_uri"]}  # run -> metrics
+    if cfg.register:
+        splits = pd.read_parquet(args.splits)
+        test_split = split_hash(splits.loc[splits["split"] == "test", "content_hash"])
+        tags = version_tags(metrics, test_split, git_commit(), os.environ.get("DVC_EXP_NAME"))
+        metrics["registry"] = register(training, cfg.registered_model, tags)
+    write_json(args.metrics, metrics)
+    write_parquet(predictions, args.predictions)
+    write_csv(pd.DataFrame({"actual": [labels[i] for i in y_true],
+                            "predicted": [labels[i] for i in y_pred]}), args.confusion)
+    write_csv(pd.DataFrame([{"class": c, **{k: s[k] for k in ("f1", "precision", "recall")}}
+                            for c, s in metrics["per_class"].items()]), args.per_class)
+    add_to_run(training, metrics=mlflow_metrics(metrics), tags={"verdict": metrics["comparison"]["verdict"]},
+               artifacts=(args.metrics, args.confusion), dicts={"class_names.json": metric_names(labels)})
+    log.info("test accuracy %.4f, macro-F1 %.4f, ECE %.4f on %d documents; versus the baseline: %s",
+             metrics["accuracy"], metrics["macro_f1"], metrics["ece"], metrics["n_test"],
+             metrics["comparison"]["verdict"])

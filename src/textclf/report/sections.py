@@ -1,0 +1,152 @@
+"""The report's sections, each a list of document blocks (report.document): the headline
+(scores, the verdict against the baseline, the guards), data, results, baseline,
+near-duplicates, mistakes, calibration, params and lineage."""
+from __future__ import annotations
+
+import pandas as pd
+
+from textclf.config import flatten
+from textclf.evaluate.comparison import WORSE
+from textclf.evaluate.comparison import headline as verdict_line
+from textclf.evaluate.metrics import calibration, metric_names
+from textclf.report import figures
+from textclf.report.document import Alert, Figure, Heading, Para, Table
+from textclf.severity import ALARM, WARNING, with_severity
+
+MISTAKES = 20
+SNIPPET = 160  # characters of text shown per mistake
+
+
+def headline(metrics: dict, collapsed_epochs: list[int] = ()) -> list:
+    """Accuracy, macro-F1, the verdict against the TF-IDF baseline and every guard, at a glance."""
+    base, gap = metrics["baseline"], metrics["gap"]
+    blocks = [Para(f"**Test accuracy {metrics['accuracy']:.4f}, macro-F1 {metrics['macro_f1']:.4f}** "
+                   f"— TF-IDF baseline {base['accuracy']:.4f} / {base['macro_f1']:.4f}, "
+                   f"gap {gap['accuracy']:+.4f} / {gap['macro_f1']:+.4f}; "
+                   f"expected calibration error {metrics['ece']:.4f}."),
+              Para(verdict_line(metrics["comparison"]))]
+    if metrics["comparison"]["verdict"] == WORSE:
+        blocks.append(Alert("the fine-tuned model is significantly worse than the TF-IDF baseline."))
+    if metrics.get("registry"):
+        reg = metrics["registry"]
+        verdict = "moved to it" if reg["promoted"] else f"stays at version {reg['champion']}"
+        blocks.append(Para(f"Model registry: `{reg['model']}` version {reg['version']} is the "
+                           f"challenger; champion {verdict} ({reg['reason']})."))
+    failed = with_severity(metrics["guards"], ALARM)
+    if failed:
+        blocks.append(Alert(f"guard alarms: {', '.join(failed)}; this model does not become champion."))
+    recovered = (f" (epochs {', '.join(map(str, collapsed_epochs))} collapsed; the kept epoch "
+                 f"{metrics.get('kept_epoch')} did not, see the training curve)")
+    warned = [f"{n}: {metrics['guards'][n]}" + (recovered if metrics["guards"][n] == "recovered" else "")
+              for n in with_severity(metrics["guards"], WARNING)]
+    if warned:
+        blocks.append(Para("Guard warnings: " + "; ".join(warned) + "."))
+    return blocks + [Table(["guard", "status"], [[n, s] for n, s in metrics["guards"].items()])]
+
+
+def baseline_section(metrics: dict) -> list:
+    """Model and baseline side by side: per-class accuracy, the paired counts, the ensemble."""
+    cmp, per_class = metrics["comparison"], metrics["per_class_accuracy"]
+    blocks = [Heading("Model versus the TF-IDF baseline"),
+              Para(f"Paired on the same {metrics['n_test']} test documents: both right "
+                   f"{cmp['both_right']}, only the model {cmp['model_only']}, only the baseline "
+                   f"{cmp['baseline_only']}, both wrong {cmp['both_wrong']}. Exact McNemar p = "
+                   f"{cmp['mcnemar_p']:.3g}; bootstrap 95 % interval of the accuracy difference "
+                   f"{cmp['ci_low']:+.4f} to {cmp['ci_high']:+.4f} ({cmp['resamples']} resamples). "
+                   f"Verdict (alpha {cmp['alpha']}; both must agree): **{cmp['verdict']}**."),
+              Table(["class", "documents", "model accuracy", "baseline accuracy"],
+                    [[c, s["support"], f"{s['model']:.3f}", f"{s['baseline']:.3f}"]
+                     for c, s in per_class.items()])]
+    if metrics.get("ensemble"):
+        ens = metrics["ensemble"]
+        blocks.append(Para(f"Mean of both systems' probabilities (`evaluate.ensemble`): accuracy "
+                           f"{ens['accuracy']:.4f}, macro-F1 {ens['macro_f1']:.4f}."))
+    return blocks
+
+
+def near_duplicates_section(nd: dict) -> list:
+    """What ingest grouped as near-duplicates (kept together by the split), with its top pairs."""
+    if not nd["enabled"]:
+        return [Para("Near-duplicate detection is off (`ingest.near_duplicates.enabled`): the "
+                     "split only keeps exact duplicates apart.")]
+    found = f"Near-duplicates (word {nd['shingle_size']}-shingles, Jaccard ≥ {nd['threshold']}): "
+    if not nd["groups"]:
+        return [Para(found + "none.")]
+    sizes = ", ".join(f"{count} of {size}" for size, count in nd["group_sizes"].items())
+    mixed = nd["mixed_label_groups"]
+    return [Para(found + f"**{nd['groups']} groups holding {nd['documents_in_groups']} documents** "
+                 f"(groups of each size: {sizes}); each group sits in one split. Mixed-label "
+                 f"groups: {len(mixed)}" + (f", {mixed[0]['action']}." if mixed else ".")),
+            Table(["document", "near-duplicate", "Jaccard"],
+                  [[p["a"], p["b"], f"{p['jaccard']:.4f}"] for p in nd["top_pairs"]])]
+
+
+def data_section(ingest: dict, tokens: dict, counts: dict, histogram: pd.DataFrame) -> list:
+    skipped = ", ".join(f"{k} {v}" for k, v in ingest["skipped"].items()) or "none"
+    fallback = sum(n for enc, n in ingest["encodings"].items() if enc not in ("utf-8", "utf-16"))
+    return [
+        Heading("Data"),
+        Para(f"Source `{ingest['source']}`: {ingest['files_seen']} files seen, {ingest['kept']} "
+             f"kept; skipped: {skipped}. Decoded by fallback encoding: {fallback}. Duplicates "
+             f"differing only in whitespace/Unicode form: {ingest['duplicates_not_byte_identical']}."),
+        Table(["split"] + list(ingest["per_class"]),
+              [[s] + [counts[s].get(c, 0) for c in ingest["per_class"]] for s in counts]),
+        *near_duplicates_section(ingest["near_duplicates"]),
+        Heading("Token lengths"),
+        Para(f"Mean {tokens['mean']}, median {tokens['p50']}, p90 {tokens['p90']}, max {tokens['max']}; "
+             f"**{tokens['pct_truncated']} % truncated** at max_length {tokens['max_length']}."),
+        Figure("token lengths", figures.token_lengths(histogram, tokens["max_length"]))]
+
+
+def results_section(curve: pd.DataFrame, metrics: dict) -> list:
+    labels = list(metrics["per_class"])
+    names = metric_names(labels)
+    return [
+        Heading("Training curve"),
+        Figure("training loss and validation scores per epoch", figures.training_curves(curve)),
+        Para("Per epoch: the validation scores, the top class's share of validation predictions "
+             "and the prediction entropy (the collapse detector's inputs), and whether that epoch "
+             "collapsed."),
+        Table(list(curve.columns), curve.round(4).astype(object).values.tolist()),
+        Heading("Test metrics"),
+        Para(f"Accuracy **{metrics['accuracy']:.4f}**, macro-F1 **{metrics['macro_f1']:.4f}** "
+             f"on {metrics['n_test']} documents, with the weights of epoch {metrics['kept_epoch']} "
+             "(`train.select`)."),
+        Table(["class", "precision", "recall", "F1", "support", "MLflow name"],
+              [[c] + [f"{s[k]:.3f}" for k in ("precision", "recall", "f1")] + [s["support"], names[c]]
+               for c, s in metrics["per_class"].items()]),
+        Para("Per-class metrics are logged as `test_f1.<MLflow name>` (and precision, recall); a "
+             "name that needed characters replaced carries a hash of the class name, and the run's "
+             "`class_names.json` maps every class to its name."),
+        Heading("Confusion matrix (rows: actual, columns: predicted)"),
+        Table([""] + labels, [[a] + [metrics["confusion"][a][p] for p in labels] for a in labels])]
+
+
+def mistakes_section(predictions: pd.DataFrame, corpus: pd.DataFrame) -> list:
+    wrong = predictions[~predictions["correct"]].nlargest(MISTAKES, "probability")
+    wrong = wrong.merge(corpus[["doc_id", "text", "source_path"]], on="doc_id", how="left")
+    rows = [[r.source_path, r.label, r.predicted, f"{r.probability:.3f}",
+             " ".join(str(r.text).split())[:SNIPPET] + "…"] for r in wrong.itertuples()]
+    blocks = [Heading(f"Most confident mistakes (top {MISTAKES})")]
+    if not rows:
+        return blocks + [Para("No test document was misclassified.")]
+    return blocks + [Table(["document", "true", "predicted", "probability", "text"], rows)]
+
+
+def calibration_section(predictions: pd.DataFrame) -> list:
+    cal = calibration(predictions["probability"], predictions["correct"])
+    return [Heading("Calibration"),
+            Para(f"Expected calibration error **{cal['ece']:.4f}** over 10 confidence bins "
+                 "(0 = confidence matches accuracy)."),
+            Figure("reliability diagram", figures.reliability_diagram(cal["bins"], cal["ece"])),
+            Table(["confidence bin", "documents", "mean confidence", "accuracy"],
+                  [[f"{b['low']:.1f}–{b['high']:.1f}", b["count"], f"{b['confidence']:.3f}",
+                    f"{b['accuracy']:.3f}"] for b in cal["bins"]])]
+
+
+def lineage_section(model_params: dict, run: dict, hashes: dict) -> list:
+    return [Heading("Params and lineage"),
+            Table(["param", "value"], [[k, v] for k, v in flatten(model_params).items()]),
+            Table(["lineage", "value"],
+                  [["MLflow run", run["run_id"]], ["MLflow model", run["model_uri"]]]
+                  + [[k, v] for k, v in hashes.items()])]
