@@ -3,7 +3,7 @@ against cases worked out by hand."""
 import numpy as np
 import pytest
 
-from textclf.multiseed import t_interval
+from textclf.multiseed import queue_states, t_interval
 from textclf.evaluate.comparison import (BETTER, NO_DIFFERENCE, WORSE, bootstrap_interval, compare, headline,
                                 mcnemar_exact, per_class_accuracy, verdict)
 
@@ -91,3 +91,13 @@ def test_t_interval_over_seeds_by_hand():
     assert mean == pytest.approx(0.02)
     assert (high - mean) == pytest.approx(mean - low) == pytest.approx(0.024841, abs=1e-5)
     assert t_interval([0.5]) == (0.5, 0.5, 0.5)
+
+
+def test_queue_states_match_whole_experiment_names():
+    """`dvc queue status` lines: seeds-s1 must not take seeds-s10's state."""
+    status = ("Task     Name        Created    Status\n"
+              "1a2b3c4  seeds-s10   10:00 AM   Running\n"
+              "4d5e6f7  seeds-s1    10:00 AM   Success\n"
+              "8a9b0c1  seeds-s2    10:01 AM   Failed\n")
+    assert queue_states(status, ["seeds-s1", "seeds-s2", "seeds-s3"]) == {"seeds-s1": "Success",
+                                                                         "seeds-s2": "Failed"}

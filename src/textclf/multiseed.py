@@ -96,8 +96,23 @@ def read_preset(path: str | None) -> list[str]:
     return [line for line in lines if line]
 
 
+STATES = ("Queued", "Running", "Success", "Failed")
+
+
 def dvc(*args: str) -> str:
     return subprocess.run(["dvc", *args], capture_output=True, text=True, check=True).stdout
+
+
+def queue_states(status: str, names: list[str]) -> dict[str, str]:
+    """`dvc queue status` text -> {experiment name: Queued | Running | Success | Failed | ...}
+    for the names given, matched as whole fields (seeds-s1 is not seeds-s10)."""
+    states = {}
+    for line in status.splitlines():
+        fields = line.split()
+        for name in names:
+            if name in fields:
+                states[name] = next((f for f in fields if f in STATES), "unknown")
+    return states
 
 
 def queue_and_wait(names: dict[int, str], overrides: list[str], jobs: int) -> None:
@@ -107,15 +122,13 @@ def queue_and_wait(names: dict[int, str], overrides: list[str], jobs: int) -> No
     dvc("queue", "start", "-j", str(jobs))
     log.info("queued %s; waiting (dvc queue status / dvc queue logs NAME show progress)", ", ".join(names.values()))
     while True:
-        pending = [line for line in dvc("queue", "status").splitlines()
-                   if any(n in line for n in names.values()) and ("Queued" in line or "Running" in line)]
-        if not pending:
+        states = queue_states(dvc("queue", "status"), list(names.values()))
+        if not [n for n, s in states.items() if s in ("Queued", "Running")]:
             break
         time.sleep(POLL_SECONDS)
-    failed = [line for line in dvc("queue", "status").splitlines()
-              if any(n in line for n in names.values()) and "Failed" in line]
+    failed = [n for n, s in states.items() if s == "Failed"]
     if failed:
-        raise SystemExit("experiments failed (see `dvc queue logs NAME`):\n" + "\n".join(failed))
+        raise SystemExit(f"experiments {', '.join(failed)} failed (see `dvc queue logs NAME`).")
 
 
 def main(argv: list[str] | None = None) -> None:

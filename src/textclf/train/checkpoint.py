@@ -42,14 +42,9 @@ NAME = re.compile(r"^epoch-(\d+)-step-(\d+)$")
 
 
 def training_key(settings: dict, data_files: dict[str, str | Path]) -> str:
-    """md5 of the settings (JSON-able) and of the bytes of each data file."""
-    digest = hashlib.md5(json.dumps(settings, sort_keys=True, default=str).encode())
-    for name in sorted(data_files):
-        digest.update(name.encode())
-        with open(data_files[name], "rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                digest.update(block)
-    return digest.hexdigest()
+    """md5 of the settings (JSON-able) and of each data file's md5."""
+    files = {name: file_md5(path) for name, path in data_files.items()}
+    return hashlib.md5(json.dumps([settings, files], sort_keys=True, default=str).encode()).hexdigest()
 
 
 def manifest(folder: Path) -> dict[str, list]:
