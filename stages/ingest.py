@@ -6,10 +6,10 @@ near-duplicates found and grouped (column `group`).
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 from textclf.config import load_params
-from textclf.data.corpus import build_corpus
+from textclf.data.corpus import build_corpus, seen
+from textclf.data.tables import Columns
 from textclf.io import run_stage, setup_logging, stage_parser, write_json, write_parquet
 
 log = logging.getLogger("ingest")
@@ -22,12 +22,14 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     setup_logging()
     params = load_params(args.params)["ingest"]
-    frame, report = build_corpus(Path(params.source), params.max_bytes, params.min_per_class,
-                                 params.near_duplicates)
+    columns = Columns(params.text_column, params.label_column, params.id_column)
+    frame, report = build_corpus(params.source, params.max_bytes, params.min_per_class,
+                                 params.near_duplicates, columns)
     write_parquet(frame, args.corpus)
     write_json(args.report, report)
-    log.info("seen %d files, kept %d in %d classes, skipped %s",
-             report["files_seen"], report["kept"], len(report["per_class"]), report["skipped"])
+    log.info("seen %d %s, kept %d in %d classes, skipped %s", seen(report),
+             "rows" if "rows_seen" in report else "files", report["kept"], len(report["per_class"]),
+             report["skipped"])
 
 
 if __name__ == "__main__":

@@ -67,8 +67,14 @@ class NearDuplicateParams:
 
 @dataclass(frozen=True)
 class IngestParams:
-    source: str = "data/sample"  # folder of class folders, or a .zip / .tar.gz holding one
-    max_bytes: int = ranged(1_000_000, 1)  # larger files are skipped (and counted)
+    # a folder of class folders, a .zip / .tar.gz holding one, or tables: a .csv, .tsv,
+    # .jsonl / .json (one object per line) or .parquet file (text formats may be .gz), a
+    # folder holding only such files, or a glob of them
+    source: str = "data/sample"
+    text_column: str = "text"  # tables: the column holding each document's text
+    label_column: str = "label"  # tables: the column holding its class
+    id_column: str = ""  # tables: a column of stable ids (default: file name and row number)
+    max_bytes: int = ranged(1_000_000, 1)  # larger files (or texts, in tables) are skipped (and counted)
     min_per_class: int = ranged(5, 1)  # fewer kept documents in a class is an error
     near_duplicates: NearDuplicateParams = field(default_factory=NearDuplicateParams)
 

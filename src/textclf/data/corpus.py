@@ -6,6 +6,7 @@ share a `group`, which the split keeps together.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import time
@@ -20,6 +21,7 @@ from textclf.config import NearDuplicateParams
 from textclf.io import UserError
 from textclf.data.near_dups import NearDuplicates, find_groups
 from textclf.data.sources import HIDDEN, UNSAFE_MEMBER, Entry, is_hidden, open_source
+from textclf.data.tables import Columns, read_rows, table_files
 from textclf.data.text import decode
 
 log = logging.getLogger(__name__)
@@ -159,16 +161,9 @@ def _check_classes(per_class: Counter, min_per_class: int) -> None:
                          "needs at least two class folders under ingest.source.")
 
 
-def build_corpus(source: Path, max_bytes: int, min_per_class: int,
-                 near_duplicates: NearDuplicateParams = NearDuplicateParams()
-                 ) -> tuple[pd.DataFrame, dict]:
-    report = {"source": str(source), "class_root": "", "files_seen": 0, "kept": 0,
-              "skipped": {}, "encodings": {}, "per_class": {}, "ignored_top_level": [],
-              "skipped_files": [], "duplicate_groups": [], "duplicates_not_byte_identical": 0,
-              "conflicts": []}
-    skipped: Counter = Counter()
-    docs: list[Doc] = []
-    class_folders: set[str] = set()
+def _folder_docs(source: Path, max_bytes: int, report: dict, skipped: Counter) -> tuple[list[Doc], set[str]]:
+    """A folder (or archive) of class folders -> (documents, class folder names)."""
+    docs, class_folders = [], set()
     with open_source(source) as entries:
         root = find_class_root(entries)
         report["class_root"] = "/".join(root)
@@ -189,16 +184,69 @@ def build_corpus(source: Path, max_bytes: int, min_per_class: int,
                 report["skipped_files"].append({"path": "/".join(entry.parts), "reason": result})
             else:
                 docs.append(result)
+    return docs, class_folders
+
+
+def _table_docs(files: list[Path], columns: Columns, max_bytes: int, report: dict,
+                skipped: Counter) -> tuple[list[Doc], set[str]]:
+    """Rows of table files -> (documents, labels seen). Rows hold text, so the bytes are
+    its UTF-8 encoding (JSON Lines lines decode as files do)."""
+    report.pop("files_seen")
+    report.update(rows_seen=0, tables=[str(p) for p in files], columns=dataclasses.asdict(columns))
+    docs, labels, refs = [], set(), set()
+    for row in read_rows(files, columns):
+        report["rows_seen"] += 1
+        reason = row.problem
+        if reason is None and row.ref in refs:
+            reason = "duplicate_id"
+        elif reason is None and len(row.text.encode("utf-8")) > max_bytes:
+            reason = "too_large"
+        elif reason is None and not normalise(row.text):
+            reason = "empty_text"
+        if reason:
+            skipped[reason] += 1
+            report["skipped_files"].append({"path": row.ref, "reason": reason})
+            continue
+        refs.add(row.ref)
+        labels.add(row.label)
+        data = row.text.encode("utf-8")
+        norm = normalise(row.text)
+        docs.append(Doc(row.label, row.ref, unicodedata.normalize("NFC", row.text).strip(),
+                        hashlib.sha256(norm.encode("utf-8")).hexdigest(), "utf-8",
+                        hashlib.sha256(data).hexdigest()))
+    return docs, labels
+
+
+def build_corpus(source: Path | str, max_bytes: int, min_per_class: int,
+                 near_duplicates: NearDuplicateParams = NearDuplicateParams(),
+                 columns: Columns = Columns()) -> tuple[pd.DataFrame, dict]:
+    """A folder of class folders (or an archive of one), or table files (data.tables) ->
+    (the corpus table, the accounting report)."""
+    report = {"source": str(source), "class_root": "", "files_seen": 0, "kept": 0,
+              "skipped": {}, "encodings": {}, "per_class": {}, "ignored_top_level": [],
+              "skipped_files": [], "duplicate_groups": [], "duplicates_not_byte_identical": 0,
+              "conflicts": []}
+    skipped: Counter = Counter()
+    tables = table_files(str(source))
+    if tables:
+        docs, class_folders = _table_docs(tables, columns, max_bytes, report, skipped)
+    else:
+        docs, class_folders = _folder_docs(Path(source), max_bytes, report, skipped)
     kept, groups = _group_near_duplicates(_dedupe(docs, skipped, report), near_duplicates,
                                           skipped, report)
     per_class = Counter(d.label for d in kept)
     report.update(kept=len(kept), skipped=dict(sorted(skipped.items())),
                   encodings=dict(Counter(d.encoding for d in docs)),  # before de-duplication
                   per_class=dict(sorted(per_class.items())))
-    assert report["files_seen"] == len(kept) + sum(skipped.values()), report
+    assert seen(report) == len(kept) + sum(skipped.values()), report
     # A class folder whose every file was skipped still counts, with 0 documents.
     _check_classes(Counter({c: per_class.get(c, 0) for c in class_folders}), min_per_class)
     frame = pd.DataFrame(
         [(doc_id(d.path), d.label, d.text, d.path, d.content_hash, d.encoding, group)
          for d, group in zip(kept, groups)], columns=COLUMNS)
     return frame, report
+
+
+def seen(report: dict) -> int:
+    """Documents ingest looked at: files of a folder, rows of tables."""
+    return report["rows_seen"] if "rows_seen" in report else report["files_seen"]

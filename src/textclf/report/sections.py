@@ -86,7 +86,8 @@ def data_section(ingest: dict, tokens: dict, counts: dict, histogram: pd.DataFra
     fallback = sum(n for enc, n in ingest["encodings"].items() if enc not in ("utf-8", "utf-16"))
     return [
         Heading("Data"),
-        Para(f"Source `{ingest['source']}`: {ingest['files_seen']} files seen, {ingest['kept']} "
+        Para(f"Source `{ingest['source']}`: {ingest.get('rows_seen', ingest.get('files_seen'))} "
+                 f"{'rows' if 'rows_seen' in ingest else 'files'} seen, {ingest['kept']} "
              f"kept; skipped: {skipped}. Decoded by fallback encoding: {fallback}. Duplicates "
              f"differing only in whitespace/Unicode form: {ingest['duplicates_not_byte_identical']}."),
         Table(["split"] + list(ingest["per_class"]),
