@@ -10,8 +10,8 @@ import logging
 import pandas as pd
 
 from textclf.config import load_params
-from textclf.io import run_stage, setup_logging, stage_parser, write_csv, write_json, write_parquet
-from textclf.data.tokens import length_histogram, length_stats, load_ids_tokenizer, tokenize_texts
+from textclf.io import run_stage, setup_logging, stage_parser, write_csv, write_json
+from textclf.data.tokens import length_histogram, length_stats, load_ids_tokenizer, write_tokens
 
 log = logging.getLogger("tokenize")
 
@@ -26,16 +26,13 @@ def main(argv: list[str] | None = None) -> None:
     setup_logging()
     params = load_params(args.params)
     cfg, model = params["tokenize"], params["model"]
-    corpus = pd.read_parquet(args.corpus)
+    corpus = pd.read_parquet(args.corpus, columns=["doc_id", "label", "text"])
     tokenizer = load_ids_tokenizer(model.name)
-    ids, lengths = tokenize_texts(tokenizer, corpus["text"].tolist(), cfg.max_length, cfg.truncation)
-    out = pd.DataFrame({"doc_id": corpus["doc_id"], "label": corpus["label"],
-                        "input_ids": ids, "n_tokens": lengths})
-    write_parquet(out, args.tokens)
+    lengths = write_tokens(tokenizer, corpus, cfg, args.tokens)
     stats = length_stats(lengths, cfg.max_length)
     write_json(args.stats, stats)
     write_csv(pd.DataFrame(length_histogram(lengths)), args.histogram)
-    log.info("tokenized %d documents: %s", len(out), stats)
+    log.info("tokenized %d documents: %s", len(corpus), stats)
 
 
 if __name__ == "__main__":

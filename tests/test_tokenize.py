@@ -1,9 +1,15 @@
+import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
+import yaml
 
 from stages import tokenize as tokenize_stage
 from textclf.model.modeling import load_tokenizer
-from textclf.data.tokens import RustTokenizer, length_stats, load_ids_tokenizer, tokenize_texts, truncate
+from textclf.data.tokens import (RustTokenizer, TokenIds, length_stats, load_ids_tokenizer, tokenize_texts,
+                                 truncate)
+from textclf.model.batching import read_token_splits
 
 from conftest import BBC, REPO, write_params
 
@@ -92,3 +98,31 @@ def test_rust_tokenizer_gives_transformers_ids_on_the_demo_corpus(tokenizer, mod
 def test_rust_tokenizer_gives_transformers_ids_on_bbc(tokenizer, mode):
     files = sorted(BBC.rglob("*.txt"))[::25]
     assert_same_ids(tokenizer, [f.read_text(encoding="utf-8", errors="replace") for f in files] + ODD, mode, 256)
+
+
+def test_token_ids_take_and_index_like_lists():
+    rng = np.random.default_rng(0)
+    lists = [rng.integers(0, 30000, size=rng.integers(1, 20)).tolist() for _ in range(50)]
+    ids = TokenIds.from_arrow(pa.array(lists, pa.list_(pa.int32())))
+    assert len(ids) == 50 and ids.lengths.tolist() == [len(x) for x in lists]
+    order = rng.permutation(50)[:17]
+    taken = ids.take(order)
+    assert [x.tolist() for x in taken] == [lists[i] for i in order]
+    assert taken.values.dtype == np.int32 and [x.tolist() for x in ids[3:6]] == lists[3:6]
+
+
+def test_the_token_store_is_arrow_int32_and_reads_back_without_python_int_lists(prepared):
+    """tokens.parquet holds input_ids as list<int32> and n_tokens as int32; train and evaluate
+    read them as int32 arrays (TokenIds), the same ids the tokenizer gave."""
+    tmp, p = prepared
+    schema = pq.read_schema(tmp / "t.parquet")
+    assert schema.field("input_ids").type == pa.list_(pa.int32())
+    assert schema.field("n_tokens").type == pa.int32()
+    splits, labels = read_token_splits(str(tmp / "t.parquet"), str(tmp / "sp.parquet"))
+    train = splits["train"].input_ids
+    assert isinstance(train, TokenIds) and train.values.dtype == np.int32
+    corpus = pd.read_parquet(tmp / "c.parquet").set_index("doc_id")
+    params = yaml.safe_load((tmp / "params.yaml").read_text())
+    expected, _ = tokenize_texts(load_ids_tokenizer(params["model"]["name"]),
+                                 corpus.loc[splits["train"].doc_ids, "text"].tolist(), 64, "head+tail")
+    assert [x.tolist() for x in train] == expected

@@ -8,13 +8,63 @@ from pathlib import Path
 
 import numpy as np
 
-from textclf.io import UserError
+from textclf.io import UserError, atomic_path
 from textclf.model_source import hub_offline, not_found, resolve_model_name
 
 TRUNCATIONS = ("head", "tail", "head+tail")
+CHUNK = 10_000  # documents tokenized and written per record batch
 # Sun et al. 2019 ("How to Fine-Tune BERT for Text Classification?") keep the first
 # 128 and last 382 of 510 tokens: about a quarter from the head.
 HEAD_SHARE = 0.25
+
+
+class TokenIds:
+    """The token ids of many documents as Arrow holds a list<int32> column: one int32 array of
+    every id and N + 1 offsets; document i is values[offsets[i]:offsets[i + 1]]. 4 bytes a
+    token, where lists of Python ints take about 36."""
+
+    def __init__(self, values: np.ndarray, offsets: np.ndarray):
+        self.values, self.offsets = values, offsets
+
+    @classmethod
+    def from_arrow(cls, column) -> "TokenIds":
+        """A list<int32> column (chunked or not) -> TokenIds, without a Python int per id."""
+        import pyarrow as pa
+
+        array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+        offsets = array.offsets.to_numpy()
+        return cls(array.values.to_numpy()[offsets[0]:offsets[-1]], offsets - offsets[0])
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    def take(self, indices) -> "TokenIds":
+        """The documents at `indices`, in that order, as new arrays."""
+        indices = np.asarray(indices, dtype=np.int64)
+        lengths = self.lengths[indices]
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        starts = self.offsets[indices]
+        gather = np.repeat(starts - offsets[:-1], lengths) + np.arange(offsets[-1])  # (total,)
+        return TokenIds(self.values[gather], offsets)
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        return self.values[self.offsets[i]:self.offsets[i + 1]]  # (T,) int32, a view
+
+
+def token_batch(doc_ids: list[str], labels: list[str], ids: list[list[int]], lengths: list[int]):
+    """One record batch of the token store: doc_id, label, input_ids list<int32>, n_tokens
+    (untruncated, int32)."""
+    import pyarrow as pa
+
+    return pa.record_batch([pa.array(doc_ids, pa.string()), pa.array(labels, pa.string()),
+                            pa.array(ids, pa.list_(pa.int32())), pa.array(lengths, pa.int32())],
+                           names=["doc_id", "label", "input_ids", "n_tokens"])
 
 
 class RustTokenizer:
@@ -89,6 +139,28 @@ def tokenize_texts(tokenizer, texts: list[str], max_length: int, mode: str):
     ids = [prefix + truncate(b, budget, mode) + suffix for b in bodies]
     lengths = [len(b) + len(prefix) + len(suffix) for b in bodies]
     return ids, lengths
+
+
+def write_tokens(tokenizer, corpus, cfg, path) -> list[int]:
+    """Tokenize the corpus (doc_id, label, text) CHUNK documents at a time, each chunk one
+    record batch of the token store (parquet, written atomically) -> every document's
+    untruncated length."""
+    import pyarrow.parquet as pq
+
+    lengths: list[int] = []
+    with atomic_path(path) as tmp:
+        writer = None
+        for start in range(0, len(corpus), CHUNK):
+            part = corpus.iloc[start:start + CHUNK]
+            ids, n = tokenize_texts(tokenizer, part["text"].tolist(), cfg.max_length, cfg.truncation)
+            batch = token_batch(part["doc_id"].tolist(), part["label"].tolist(), ids, n)
+            writer = writer or pq.ParquetWriter(tmp, batch.schema)
+            writer.write_batch(batch)
+            lengths += n
+        if writer is None:
+            raise UserError("the corpus is empty: there is nothing to tokenize.")
+        writer.close()
+    return lengths
 
 
 def length_stats(lengths: list[int], max_length: int) -> dict:

@@ -9,9 +9,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 import torch
 from torch.utils.data import Dataset, Sampler
 
+from textclf.data.tokens import TokenIds
 from textclf.io import UserError
 
 # Batches are formed inside windows of this many batches, sorted by length there:
@@ -22,7 +24,7 @@ PAD_LABEL = -100  # the label of a padding entry: cross-entropy's ignore_index, 
 
 @dataclass
 class Split:
-    input_ids: list[list[int]]
+    input_ids: TokenIds | list[list[int]]  # TokenIds from the token store; lists where a test builds one
     labels: list[int]
     doc_ids: list[str] | None = None  # None where a test builds a Split by hand
 
@@ -31,8 +33,12 @@ def read_token_splits(tokens_path: str, splits_path: str,
                       labels: list[str] | None = None) -> tuple[dict[str, Split], list[str]]:
     """Join token ids with the split assignment -> ({split name: Split}, label names).
     `labels` fixes the label order (a trained model's); by default it is sorted."""
-    frame = pd.read_parquet(tokens_path).merge(
-        pd.read_parquet(splits_path)[["doc_id", "split"]], on="doc_id", validate="one_to_one")
+    table = pq.read_table(tokens_path, columns=["doc_id", "label", "input_ids"], memory_map=True)
+    ids = TokenIds.from_arrow(table.column("input_ids"))  # int32 arrays, no Python int per id
+    frame = table.select(["doc_id", "label"]).to_pandas()
+    frame["row"] = np.arange(len(frame))
+    frame = frame.merge(pd.read_parquet(splits_path, columns=["doc_id", "split"]), on="doc_id",
+                        validate="one_to_one")
     found = sorted(frame["label"].unique())
     labels = found if labels is None else labels
     unknown = sorted(set(found) - set(labels))
@@ -40,8 +46,8 @@ def read_token_splits(tokens_path: str, splits_path: str,
         raise UserError(f"labels {unknown} in {tokens_path} are not among the model's labels "
                          f"{labels}; the model folder is stale: run `dvc repro train`.")
     index = {label: i for i, label in enumerate(labels)}
-    splits = {name: Split([list(map(int, ids)) for ids in part["input_ids"]],
-                          [index[l] for l in part["label"]], part["doc_id"].tolist())
+    splits = {name: Split(ids.take(part["row"].to_numpy()), [index[l] for l in part["label"]],
+                          part["doc_id"].tolist())
               for name, part in frame.groupby("split")}
     return splits, labels
 

@@ -70,7 +70,9 @@ def make_train_loader(train: Split, cfg: TrainParams, pad_id: int, rank: int = 0
     """Length-grouped, dynamically padded training batches (seeded per epoch), in pinned
     memory on CUDA (see make_accelerator). With `world` processes, this process's share of
     each global batch of train.batch_size: not for accelerator.prepare, which would shard again."""
-    sampler = LengthGroupedBatchSampler([len(s) for s in train.input_ids], cfg.batch_size, cfg.seed)
+    lengths = getattr(train.input_ids, "lengths", None)  # TokenIds: from the offsets alone
+    lengths = [len(s) for s in train.input_ids] if lengths is None else lengths
+    sampler = LengthGroupedBatchSampler(lengths, cfg.batch_size, cfg.seed)
     if world > 1:
         sampler = RankShard(sampler, rank, world)
     return DataLoader(TokenDataset(train.input_ids, train.labels), batch_sampler=sampler,
