@@ -42,11 +42,12 @@ class TokenIds:
     def take(self, indices) -> "TokenIds":
         """The documents at `indices`, in that order, as new arrays."""
         indices = np.asarray(indices, dtype=np.int64)
-        lengths = self.lengths[indices]
-        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-        starts = self.offsets[indices]
-        gather = np.repeat(starts - offsets[:-1], lengths) + np.arange(offsets[-1])  # (total,)
-        return TokenIds(self.values[gather], offsets)
+        offsets = np.concatenate([[0], np.cumsum(self.lengths[indices])]).astype(np.int64)
+        # views joined once: the result is the only new memory (a gather index of every
+        # token would be int64, twice the size of the ids it gathers)
+        values = np.concatenate([self.values[self.offsets[i]:self.offsets[i + 1]] for i in indices]
+                                or [self.values[:0]])
+        return TokenIds(values, offsets)
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
