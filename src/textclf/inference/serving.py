@@ -30,7 +30,7 @@ PACKAGE = Path(textclf.__file__).parent
 # against the imports of the textclf modules a load brings in); the versions are the ones
 # it was logged with.
 REQUIREMENTS = ("torch", "transformers", "tokenizers", "safetensors", "pandas", "numpy",
-                "pyyaml", "mlflow")
+                "pyarrow", "pyyaml", "mlflow")
 
 
 def _limit(env: str, default: int) -> int:
