@@ -149,3 +149,31 @@ def test_versions_aliases_gate_and_predict_from_champion(prepared):
     with server(cmd, tmp, f"{url}/ping", tmp / "serve.log", env=env):
         status, answer = invoke(url, [text])
     assert status == 200 and answer["predictions"][0]["label"] == champion.stdout.split("\t")[1]
+
+
+def test_logging_a_dataset_another_training_inserted_at_the_same_moment_is_retried(tmp_path, monkeypatch):
+    """Two queued trainings log the same tokens at once: the store's second insert fails on
+    the dataset's key (seen with PostgreSQL under `dvc queue start -j 2`); log_datasets tries
+    again and the run gets its dataset."""
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    from textclf.tracking import runs
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    mlflow.set_tracking_uri(uri)  # conftest restores it after the test
+    (tmp_path / "t.parquet").write_bytes(b"tokens")
+    with mlflow.start_run() as active:
+        pass
+    real, calls = MlflowClient.log_inputs, []
+
+    def racing(self, run_id, datasets=None, models=None):
+        calls.append(run_id)
+        if len(calls) == 1:
+            raise MlflowException('(psycopg.errors.UniqueViolation) duplicate key value violates '
+                                  'unique constraint "dataset_pk"')
+        return real(self, run_id, datasets=datasets)
+    monkeypatch.setattr(MlflowClient, "log_inputs", racing)
+    runs.log_datasets(active.info.run_id, {"tokens": str(tmp_path / "t.parquet")}, "training")
+    assert len(calls) == 2
+    inputs = MlflowClient(uri).get_run(active.info.run_id).inputs.dataset_inputs
+    assert [d.dataset.name for d in inputs] == ["tokens"]

@@ -26,6 +26,8 @@ EXPERIMENT = os.environ.get("MLFLOW_EXPERIMENT_NAME", "textclf")
 # relative to that copy would vanish with it, so they go to the project's store.
 _EXP_COPY = os.sep + os.path.join(".dvc", "tmp", "exps") + os.sep
 HOST_TAG, PID_TAG, START_TAG = "textclf.host", "textclf.pid", "textclf.pid_start"
+DATASET_TRIES = 3
+DUPLICATE_KEY = ("UniqueViolation", "duplicate key value", "UNIQUE constraint failed")
 
 
 def project_root(cwd: str | Path | None = None) -> Path:
@@ -206,7 +208,16 @@ def log_datasets(run_id: str, files: dict[str, str], context: str) -> None:
 
     inputs = [DatasetInput(Dataset(name, file_md5(path), "local", str(path)),
                            [InputTag("mlflow.data.context", context)]) for name, path in files.items()]
-    MlflowClient().log_inputs(run_id, datasets=inputs)
+    for attempt in range(DATASET_TRIES):
+        try:
+            return MlflowClient().log_inputs(run_id, datasets=inputs)
+        except mlflow.exceptions.MlflowException as err:
+            # Two trainings logging the same data at once (`dvc queue start -j 2`): the store
+            # looks the dataset up, both find none, both insert, one insert fails on the key.
+            # Again, the dataset exists and is linked.
+            if not any(s in str(err) for s in DUPLICATE_KEY) or attempt == DATASET_TRIES - 1:
+                raise
+            time.sleep(0.5 * (attempt + 1))
 
 
 def dataset_sources(run: dict) -> set[str]:
