@@ -51,6 +51,16 @@ def _unique(entries: Iterator[Entry]) -> Iterator[Entry]:
         yield entry
 
 
+def _archive(source: Path, opener, error, kind: str, entries) -> Iterator[list[Entry]]:
+    """Open a zip or tar archive (its errors: one line), yield its entries while it is open."""
+    try:
+        archive = opener(source)
+    except error as err:
+        raise UserError(f"ingest.source={str(source)!r} is not a readable {kind}: {err}") from None
+    with archive:
+        yield list(_unique(entries(archive)))
+
+
 @contextmanager
 def open_source(source: Path) -> Iterator[list[Entry]]:
     """All entries of `source`, sorted by path; archives stay open for reading inside the block."""
@@ -58,19 +68,9 @@ def open_source(source: Path) -> Iterator[list[Entry]]:
     if source.is_dir():
         yield list(_walk_folder(source))
     elif name.endswith(".zip"):
-        try:
-            zf = zipfile.ZipFile(source)
-        except zipfile.BadZipFile as err:
-            raise UserError(f"ingest.source={str(source)!r} is not a readable zip: {err}") from None
-        with zf:
-            yield list(_unique(_zip_entries(zf)))
+        yield from _archive(source, zipfile.ZipFile, zipfile.BadZipFile, "zip", _zip_entries)
     elif name.endswith(ARCHIVE_SUFFIXES):
-        try:
-            tf = tarfile.open(source)
-        except tarfile.TarError as err:
-            raise UserError(f"ingest.source={str(source)!r} is not a readable tar archive: {err}") from None
-        with tf:
-            yield list(_unique(_tar_entries(tf)))
+        yield from _archive(source, tarfile.open, tarfile.TarError, "tar archive", _tar_entries)
     elif source.exists():
         raise UserError(f"ingest.source={str(source)!r} is neither a folder nor an archive "
                          f"({', '.join(ARCHIVE_SUFFIXES)}); point it at a folder of class folders.")
