@@ -1,4 +1,4 @@
-"""Stage ingest: a folder (or archive) of class folders -> data/interim/corpus.parquet, with
+"""Stage ingest: a folder (or archive) of class folders, or tables -> data/interim/corpus.parquet, with
 near-duplicates found and grouped (column `group`).
 
     python -m stages.ingest --corpus data/interim/corpus.parquet --report data/interim/ingest_report.json
@@ -8,9 +8,9 @@ from __future__ import annotations
 import logging
 
 from textclf.config import load_params
-from textclf.data.corpus import build_corpus, seen
+from textclf.data.corpus import seen, write_corpus
 from textclf.data.tables import Columns
-from textclf.io import run_stage, setup_logging, stage_parser, write_json, write_parquet
+from textclf.io import run_stage, setup_logging, stage_parser, write_json
 
 log = logging.getLogger("ingest")
 
@@ -23,9 +23,8 @@ def main(argv: list[str] | None = None) -> None:
     setup_logging()
     params = load_params(args.params)["ingest"]
     columns = Columns(params.text_column, params.label_column, params.id_column)
-    frame, report = build_corpus(params.source, params.max_bytes, params.min_per_class,
-                                 params.near_duplicates, columns)
-    write_parquet(frame, args.corpus)
+    report = write_corpus(params.source, args.corpus, params.max_bytes, params.min_per_class,
+                          params.near_duplicates, columns)
     write_json(args.report, report)
     log.info("seen %d %s, kept %d in %d classes, skipped %s", seen(report),
              "rows" if "rows_seen" in report else "files", report["kept"], len(report["per_class"]),

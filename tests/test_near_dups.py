@@ -14,7 +14,8 @@ from scipy.sparse.csgraph import connected_components
 from stages import ingest
 from textclf.config import NearDuplicateParams
 from textclf.data.corpus import build_corpus
-from textclf.data.near_dups import MAX_MISS, find_groups, lsh_bands, shingles
+from textclf.data.near_dups import (MAX_MISS, SKETCH_MISS, candidate_pairs, find_groups, lsh_bands,
+                                    min_agreement, shingle_hashes, shingles)
 from textclf.data.splitting import allocate, stratified_split
 
 from conftest import BBC, REPO, write_params
@@ -220,3 +221,42 @@ def test_ingest_scale_family_check_catches_a_split_family(monkeypatch):
     assert family_check(split, bbc_groups) == (1, False)
     merged = good.assign(group=["x"] * 6)  # a/3 joined to a family it is not near
     assert family_check(merged, bbc_groups) == (0, False)
+
+
+def test_hashed_shingles_are_the_shingle_strings_one_to_one():
+    """shingle_hashes stands for shingles(): as many distinct hashes per text as distinct
+    shingle strings, and two texts share a hash exactly where they share a shingle."""
+    texts = ["a b c d e f g a b c d e", "x y", "c d e f g h i", "one two three four five",
+             "b c d e f g a b"]
+    hashes, offsets = shingle_hashes(texts, 5)
+    sets = [set(hashes[lo:hi].tolist()) for lo, hi in zip(offsets[:-1], offsets[1:])]
+    strings = [set(shingles(t, 5)) for t in texts]
+    for i in range(len(texts)):
+        assert len(sets[i]) == len(strings[i])
+        for j in range(len(texts)):
+            assert len(sets[i] & sets[j]) == len(strings[i] & strings[j]), (i, j)
+
+
+def test_candidate_pairs_are_the_rows_equal_on_a_band_and_agreeing_enough():
+    """Against brute force over every pair of a small random sketch matrix with planted
+    near-copies: equal on some band, and on at least `least` slots overall."""
+    rng = np.random.default_rng(0)
+    digests = rng.integers(0, 4, size=(60, 8), dtype=np.uint32)  # few values: many collisions
+    digests[10] = digests[3]
+    digests[20, :6] = digests[7, :6]
+    for least in (0, 4, 7):
+        want = [(i, j) for i in range(60) for j in range(i + 1, 60)
+                if any((digests[i, b:b + 2] == digests[j, b:b + 2]).all() for b in range(0, 8, 2))
+                and (digests[i] == digests[j]).sum() >= least]
+        got = candidate_pairs(digests, 4, least)
+        assert [tuple(p) for p in got.tolist()] == want, least
+        assert (3, 10) in want and ((7, 20) in want or least > 6)
+
+
+@pytest.mark.parametrize("threshold", [0.5, 0.8])
+def test_the_agreement_filter_misses_a_pair_at_the_threshold_less_than_one_in_a_million(threshold):
+    from math import comb
+
+    least = min_agreement(threshold, 128)
+    below = sum(comb(128, k) * threshold ** k * (1 - threshold) ** (128 - k) for k in range(least))
+    assert below <= SKETCH_MISS < below + comb(128, least) * threshold ** least * (1 - threshold) ** (128 - least)

@@ -105,3 +105,30 @@ def test_the_ingest_stage_reads_a_table_named_in_params(rows, tmp_path):
     assert len(corpus) == report["kept"] == report["rows_seen"] - sum(report["skipped"].values())
     assert corpus["source_path"].iloc[0].startswith("news.jsonl.gz:")
     assert set(corpus["label"]) == set(rows["label"])
+
+
+def test_a_table_larger_than_a_spill_batch_keeps_row_order_and_every_rule(tmp_path):
+    """Ingest streams: texts spill to disk SPILL_ROWS at a time and the corpus is written back
+    batch by batch. Past three batches, duplicates, a conflict and a near-duplicate pair that
+    straddle batch boundaries are all still found; rows keep their table order."""
+    from textclf.data.ledger import SPILL_ROWS
+
+    n = 3 * SPILL_ROWS + 17
+    texts = [f"document {i} says {i % 97} things about item {i * 7919 % 100003}" for i in range(n)]
+    labels = ["a" if i % 2 else "b" for i in range(n)]
+    base = " ".join(f"w{k}" for k in range(60))
+    texts[5], texts[2 * SPILL_ROWS + 3] = base, base + " plus"  # near-duplicates, one label
+    labels[5] = labels[2 * SPILL_ROWS + 3] = "a"
+    texts[SPILL_ROWS + 1] = texts[1]  # an exact duplicate (row 1's label is "a")
+    labels[SPILL_ROWS + 1] = "a"
+    texts[3 * SPILL_ROWS + 2], labels[3 * SPILL_ROWS + 2] = texts[9], "b"  # row 9 is "a": conflict
+    path = write(pd.DataFrame({"text": texts, "label": labels}), tmp_path / "big.parquet")
+    frame, report = build_corpus(path, 1_000_000, 1, ND)
+    assert report["skipped"] == {"duplicate": 1, "conflicting_label": 2}
+    assert len(frame) == n - 3 == report["kept"]
+    rows = frame["source_path"].str.split(":").str[1].astype(int)
+    assert rows.is_monotonic_increasing  # table order, not the order of the strings "big.parquet:10" < ":9"
+    assert frame.set_index(rows)["text"].equals(pd.Series(texts, index=range(1, n + 1))[rows.to_numpy()])
+    grouped = frame[frame.duplicated("group", keep=False)]
+    assert sorted(grouped["source_path"]) == [f"big.parquet:{2 * SPILL_ROWS + 4}", "big.parquet:6"]
+    assert (grouped["group"] == frame.loc[rows == 6, "doc_id"].item()).all()
