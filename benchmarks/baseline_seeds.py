@@ -10,6 +10,12 @@ code before near-duplicate grouping:
     git archive main | tar -x -C /tmp/main-code
     .venv/bin/python benchmarks/baseline_seeds.py --code /tmp/main-code
 
+`--hashing` also runs the baseline forced onto its large-corpus path (baseline.hashing_from
+0: hashed n-grams + SGD) on each split; the goal is a mean accuracy within 0.5 point of the
+TF-IDF + logistic regression's:
+
+    .venv/bin/python benchmarks/baseline_seeds.py --seeds 0 1 2 3 4 --hashing
+
 Each row also counts the near-duplicate groups (this checkout's detection, default params)
 that the evaluated split puts in two splits, and those of them touching the test split.
 """
@@ -37,6 +43,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--bbc", default=str(REPO.parent / "shared" / "data" / "bbc"))
     p.add_argument("--seeds", type=int, nargs="+", default=list(range(7)))
     p.add_argument("--code", default=str(REPO), help="checkout whose stages run (default: this one)")
+    p.add_argument("--hashing", action="store_true", help="also score the hashed + SGD baseline")
     return p.parse_args(argv)
 
 
@@ -85,14 +92,26 @@ def main(argv: list[str] | None = None) -> None:
             rows.append({"seed": seed, "test docs": int((splits["split"] == "test").sum()),
                          "accuracy": scores["accuracy"], "macro-F1": scores["macro_f1"],
                          "groups in 2 splits": spread, "of them touching test": in_test})
+            if args.hashing:
+                hashed = work / "hashed.yaml"
+                hashed.write_text(yaml.safe_dump({**yaml.safe_load(params.read_text()),
+                                                  "baseline": {"seed": seed, "hashing_from": 0}}))
+                stage(code, "baseline", hashed, "--corpus", str(work / "c.parquet"), "--splits",
+                      str(work / "s.parquet"), "--out", str(work / "h.json"), *predictions)
+                rows[-1]["hashed accuracy"] = json.loads((work / "h.json").read_text())["accuracy"]
             print(rows[-1], flush=True)
     frame = pd.DataFrame(rows)
-    shown = [{**r, "accuracy": f"{r['accuracy']:.4f}", "macro-F1": f"{r['macro-F1']:.4f}"} for r in rows]
+    shown = [{**r, **{k: f"{r[k]:.4f}" for k in ("accuracy", "macro-F1", "hashed accuracy") if k in r}}
+             for r in rows]
     print(f"\ncode: {code}\n\n" + table(shown, list(rows[0])))
     if len(frame) > 1:
         for metric in ("accuracy", "macro-F1"):
             print(f"{metric}: mean {frame[metric].mean():.4f} ± sd {frame[metric].std():.4f} "
                   f"over {len(frame)} seeds")
+    if args.hashing:
+        gap = frame["hashed accuracy"].mean() - frame["accuracy"].mean()
+        print(f"hashed + SGD minus TF-IDF + LR, mean accuracy: {gap * 100:+.2f} points; goal within "
+              f"0.5: {'pass' if abs(gap) <= 0.005 else 'FAIL'}")
 
 
 if __name__ == "__main__":

@@ -41,6 +41,8 @@ GEN_BATCH = 50_000
 SENTENCE = re.compile(r"(?<=[.!?\"])\s+(?=[A-Z\"])")
 GOAL_RSS_GIB, GOAL_TRAIN_GIB, GOAL_TOKENIZE = 4.0, 1.0, 0.80
 DATA_STAGES = ("ingest", "tokenize", "split", "baseline")
+SMALL = 2_000  # the corpus whose train memory is the reference
+RAW_LIMIT = 200_000  # texts the raw encode_batch peer times (its rate does not depend on more)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -118,3 +120,162 @@ def run_stage(stage: str, args: list[str], work: Path) -> tuple[float, float, st
     if proc.returncode != 0:
         sys.exit(f"{stage} failed in {work}:\n{proc.stderr[-3000:]}")
     return seconds, int(proc.stderr.rsplit("peak_kib", 1)[1]) / 2**20, proc.stderr
+
+
+# The tokenizer alone on the same texts, in a fresh process: read every text first (not
+# timed), then time encode_batch over CHUNK-sized batches, as tokenize calls it.
+RAW = """import json, sys, time
+import pyarrow.parquet as pq
+from textclf.data.tokens import CHUNK, load_ids_tokenizer
+tokenizer = load_ids_tokenizer(sys.argv[2]).tokenizer
+reader = pq.ParquetFile(sys.argv[1])
+texts, n = [], int(sys.argv[3])
+for batch in reader.iter_batches(batch_size=CHUNK, columns=["text"]):
+    texts.append(batch.column("text").to_pylist())
+    if sum(map(len, texts)) >= n:
+        break
+started = time.perf_counter()
+for chunk in texts:
+    tokenizer.encode_batch(chunk, add_special_tokens=False)
+print(json.dumps({"docs": sum(map(len, texts)), "seconds": time.perf_counter() - started}))
+"""
+
+
+def raw_encode(corpus: Path, model: str, limit: int) -> float:
+    """Documents/s of `tokenizers` encode_batch alone on the corpus's first `limit` texts."""
+    out = subprocess.run([sys.executable, "-c", RAW, str(corpus), model, str(limit)], cwd=REPO,
+                         capture_output=True, text=True, check=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    return got["docs"] / got["seconds"]
+
+
+def write_params(work: Path, source: Path, max_steps: int) -> dict:
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    params["ingest"]["source"] = str(source)
+    params["tokenize"]["max_length"] = 256
+    params["train"].update(max_steps=max_steps, epochs=1, processes=1)
+    (work / "params.yaml").write_text(yaml.safe_dump(params))
+    return params
+
+
+def data_stages(work: Path, with_downstream: bool) -> list[tuple[str, list[str]]]:
+    w = {k: str(work / v) for k, v in dict(corpus="corpus.parquet", tokens="tokens.parquet",
+                                              splits="splits.parquet").items()}
+    stages = [("ingest", ["--corpus", w["corpus"], "--report", str(work / "ingest_report.json")])]
+    if with_downstream:
+        stages += [("tokenize", ["--corpus", w["corpus"], "--tokens", w["tokens"], "--stats",
+                                 str(work / "token_stats.json"), "--histogram", str(work / "lengths.csv")]),
+                   ("split", ["--corpus", w["corpus"], "--splits", w["splits"], "--counts",
+                              str(work / "split_counts.json")]),
+                   ("baseline", ["--corpus", w["corpus"], "--splits", w["splits"], "--out",
+                                 str(work / "baseline.json"), "--predictions", str(work / "bp.parquet")])]
+    return stages
+
+
+def train_until_first_step(work: Path) -> tuple[float, float]:
+    """The train stage, stopped once it logs its resident memory before the first step ->
+    (seconds to that point, that memory in GiB). The steps themselves are not the point."""
+    args = ["--tokens", str(work / "tokens.parquet"), "--splits", str(work / "splits.parquet"),
+            "--model-dir", str(work / "model"), "--curve", str(work / "curve.csv"), "--guards",
+            str(work / "guards.json"), "--movement", str(work / "movement.csv"), "--run-file",
+            str(work / "run.json"), "--checkpoint-dir", str(work / "checkpoint")]
+    cmd = [sys.executable, "-m", "stages.train", "--params", str(work / "params.yaml"), *args]
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{work / 'mlflow.db'}", "HF_HUB_OFFLINE": "1"}
+    started = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=REPO, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                            text=True, env=env, start_new_session=True)
+    lines = []
+    for line in proc.stderr:
+        lines.append(line)
+        found = re.search(r"before the first step: ([\d.]+) GB resident", line)
+        if found:
+            seconds = time.perf_counter() - started
+            os.killpg(proc.pid, 9)
+            proc.wait()
+            return seconds, float(found.group(1))
+    proc.wait()
+    sys.exit(f"train ended before its first step in {work}:\n{''.join(lines[-30:])}")
+
+
+def measure_size(pools: dict, n: int, formats: list[str], root: Path, train: bool, max_steps: int) -> list[dict]:
+    rows = []
+    for k, fmt in enumerate(formats):
+        work = root / f"{n}-{fmt}"
+        work.mkdir(parents=True, exist_ok=True)
+        source = work / f"corpus.{fmt}"
+        started = time.perf_counter()
+        write_corpus(pools, n, fmt, source)
+        print(f"{n} documents as {fmt}: {source.stat().st_size / 2**20:.0f} MiB written in "
+              f"{time.perf_counter() - started:.0f} s", flush=True)
+        params = write_params(work, source, max_steps)
+        # downstream stages read corpus.parquet, the same whatever the source format: once
+        for stage, args in data_stages(work, with_downstream=k == 0):
+            seconds, gib, _ = run_stage(stage, args, work)
+            rows.append({"documents": n, "format": fmt, "stage": stage, "wall s": seconds,
+                         "peak GiB": gib, "docs/s": n / seconds})
+            print(rows[-1], flush=True)
+        if k == 0:
+            raw = raw_encode(work / "corpus.parquet", params["model"]["name"], min(n, RAW_LIMIT))
+            rows.append({"documents": n, "format": fmt, "stage": "raw encode_batch", "wall s": n / raw,
+                         "peak GiB": float("nan"), "docs/s": raw})
+            print(rows[-1], flush=True)
+        if k == 0 and train:
+            seconds, gib = train_until_first_step(work)
+            rows.append({"documents": n, "format": fmt, "stage": "train (before first step)",
+                         "wall s": seconds, "peak GiB": gib, "docs/s": float("nan")})
+            print(rows[-1], flush=True)
+        source.unlink()  # the corpora are large; the outputs stay for inspection
+    return rows
+
+
+def print_goals(rows: list[dict], sizes: list[int]) -> None:
+    def get(n, stage, key, fmt=None):
+        found = [r[key] for r in rows if r["documents"] == n and r["stage"] == stage
+                 and (fmt is None or r["format"] == fmt)]
+        return found[0] if found else None
+    top = max(sizes)
+    if len(sizes) > 1:
+        low = min(sizes)
+        print("\nmemory slope per 100 000 documents (peak RSS, between the two sizes):")
+        for stage in DATA_STAGES:
+            a, b = get(low, stage, "peak GiB"), get(top, stage, "peak GiB")
+            if a is not None and b is not None:
+                print(f"  {stage}: {(b - a) / (top - low) * 1e5 * 1024:+.0f} MiB")
+    worst = {s: max((r["peak GiB"] for r in rows if r["documents"] == top and r["stage"] == s), default=None)
+             for s in DATA_STAGES}
+    for stage, gib in worst.items():
+        if gib is not None:
+            print(f"goal: {stage} peak RSS <= {GOAL_RSS_GIB:.0f} GiB at {top} documents: {gib:.2f} GiB, "
+                  f"{'pass' if gib <= GOAL_RSS_GIB else 'FAIL'}")
+    for n in sizes:
+        ours, raw = get(n, "tokenize", "docs/s"), get(n, "raw encode_batch", "docs/s")
+        if ours and raw:
+            print(f"goal: tokenize >= {GOAL_TOKENIZE:.0%} of raw encode_batch at {n}: {ours:.0f} vs "
+                  f"{raw:.0f} docs/s = {ours / raw:.0%}, {'pass' if ours >= GOAL_TOKENIZE * raw else 'FAIL'}")
+    big, small = get(top, "train (before first step)", "peak GiB"), get(SMALL, "train (before first step)", "peak GiB")
+    if big is not None and small is not None:
+        print(f"goal: train resident before its first step, {top} minus {SMALL} documents <= "
+              f"{GOAL_TRAIN_GIB:.0f} GiB: {big:.2f} - {small:.2f} = {big - small:.2f} GiB, "
+              f"{'pass' if big - small <= GOAL_TRAIN_GIB else 'FAIL'}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    if not Path(args.bbc).is_dir():
+        sys.exit(f"BBC corpus not found at {args.bbc}; pass --bbc")
+    pools = sentence_pools(Path(args.bbc))
+    train_size = args.train_size or max(args.sizes)
+    with tempfile.TemporaryDirectory(prefix="corpus_scale_") as tmp:
+        root = Path(args.work or tmp)
+        rows = measure_size(pools, SMALL, ["parquet"], root, True, args.max_steps)
+        for n in sorted(args.sizes):
+            rows += measure_size(pools, n, args.formats, root, n == train_size, args.max_steps)
+    print(f"\nsynthetic corpus from BBC sentences, {os.cpu_count()} CPUs, tokenize.max_length 256; "
+          "train: resident memory before its first step\n")
+    print(table([{k: (f"{v:.2f}" if k == "peak GiB" else f"{v:.0f}" if isinstance(v, float) else v)
+                  for k, v in r.items()} for r in rows], list(rows[0])))
+    print_goals(rows, sorted(args.sizes))
+
+
+if __name__ == "__main__":
+    main()

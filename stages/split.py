@@ -20,7 +20,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     setup_logging()
     cfg = load_params(args.params)["split"]
-    assignment = stratified_split(pd.read_parquet(args.corpus), cfg.fractions, cfg.seed)
+    corpus = pd.read_parquet(args.corpus, columns=["doc_id", "label", "content_hash", "group"])
+    assignment = stratified_split(corpus, cfg.fractions, cfg.seed)
     write_parquet(assignment, args.splits)
     counts = class_counts(assignment)
     write_json(args.counts, counts)

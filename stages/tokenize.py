@@ -26,13 +26,12 @@ def main(argv: list[str] | None = None) -> None:
     setup_logging()
     params = load_params(args.params)
     cfg, model = params["tokenize"], params["model"]
-    corpus = pd.read_parquet(args.corpus, columns=["doc_id", "label", "text"])
     tokenizer = load_ids_tokenizer(model.name)
-    lengths = write_tokens(tokenizer, corpus, cfg, args.tokens)
+    lengths = write_tokens(tokenizer, args.corpus, cfg, args.tokens)
     stats = length_stats(lengths, cfg.max_length)
     write_json(args.stats, stats)
     write_csv(pd.DataFrame(length_histogram(lengths)), args.histogram)
-    log.info("tokenized %d documents: %s", len(corpus), stats)
+    log.info("tokenized %d documents: %s", len(lengths), stats)
 
 
 if __name__ == "__main__":

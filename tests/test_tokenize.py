@@ -120,9 +120,31 @@ def test_the_token_store_is_arrow_int32_and_reads_back_without_python_int_lists(
     assert schema.field("n_tokens").type == pa.int32()
     splits, labels = read_token_splits(str(tmp / "t.parquet"), str(tmp / "sp.parquet"))
     train = splits["train"].input_ids
-    assert isinstance(train, TokenIds) and train.values.dtype == np.int32
+    # held in 2 bytes a token: MiniLM's vocabulary (30 522) fits in 16 bits
+    assert isinstance(train, TokenIds) and train.values.dtype == np.uint16
     corpus = pd.read_parquet(tmp / "c.parquet").set_index("doc_id")
     params = yaml.safe_load((tmp / "params.yaml").read_text())
     expected, _ = tokenize_texts(load_ids_tokenizer(params["model"]["name"]),
                                  corpus.loc[splits["train"].doc_ids, "text"].tolist(), 64, "head+tail")
     assert [x.tolist() for x in train] == expected
+
+
+def test_reading_some_splits_gives_those_splits_as_reading_all_does(prepared):
+    """train reads train and validation only, evaluate test only, a record batch at a time:
+    the same documents, ids, labels and order as reading every split, and one label order."""
+    tmp, _ = prepared
+    every, labels = read_token_splits(str(tmp / "t.parquet"), str(tmp / "sp.parquet"))
+    for names in [("train", "validation"), ("test",)]:
+        some, some_labels = read_token_splits(str(tmp / "t.parquet"), str(tmp / "sp.parquet"), names=names)
+        assert set(some) == set(names) and some_labels == labels
+        for name in names:
+            assert some[name].doc_ids == every[name].doc_ids and some[name].labels == every[name].labels
+            assert [x.tolist() for x in some[name].input_ids] == [x.tolist() for x in every[name].input_ids]
+
+
+def test_token_ids_keep_int32_where_an_id_needs_more_than_16_bits():
+    small = TokenIds.from_arrow(pa.array([[1, 65535], [7]], pa.list_(pa.int32())))
+    large = TokenIds.from_arrow(pa.array([[1, 65536], [7]], pa.list_(pa.int32())))
+    assert small.compact().values.dtype == np.uint16 and large.compact().values.dtype == np.int32
+    joined = TokenIds.concat([small.compact(), large.compact()])
+    assert [x.tolist() for x in joined] == [[1, 65535], [7], [1, 65536], [7]]

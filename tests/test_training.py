@@ -312,3 +312,33 @@ def test_fit_returns_the_selected_epochs_weights(select, patience):
         assert len(seen) == stop
     else:
         assert len(seen) == 6
+
+
+@pytest.mark.parametrize("max_steps, epochs_run, last_steps", [(3, 1, 3), (10, 1, 10), (23, 3, 3), (0, 6, 10)])
+def test_max_steps_ends_training_mid_epoch_and_the_schedule_with_it(max_steps, epochs_run, last_steps):
+    """train.max_steps counts optimizer steps over all epochs: training stops after that
+    many (validating the partial epoch), and the linear schedule reaches 0 exactly there."""
+    rng = np.random.default_rng(0)
+    ids = [rng.integers(1, 50, size=rng.integers(3, 12)).tolist() for _ in range(60)]
+    labels = rng.integers(0, 3, size=60).tolist()
+    train, val = Split(ids[:40], labels[:40]), Split(ids[40:], labels[40:])  # 10 steps an epoch
+    cfg = TrainParams(epochs=6, batch_size=4, warmup_ratio=0.0, max_steps=max_steps)
+    torch.manual_seed(0)
+    model = BagOfEmbeddings()
+    rows = []
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    calls = []
+    original = training.train_steps
+
+    def counting(*args, **kwargs):
+        loss, steps = original(*args, **kwargs)
+        calls.append(steps)
+        return loss, steps
+    training.train_steps, saved = counting, training.train_steps
+    try:
+        fit(model, optimizer, train, val, cfg, 0, make_accelerator(), lambda row, probs: rows.append(row))
+    finally:
+        training.train_steps = saved
+    assert len(rows) == epochs_run and calls[-1] == last_steps
+    assert sum(calls) == (max_steps or 60)
+    assert optimizer.param_groups[0]["lr"] == 0.0  # the schedule ended with the last step

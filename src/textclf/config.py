@@ -171,6 +171,7 @@ class TrainParams:
     # the lowest validation loss (smoother: it keeps improving after macro-F1 saturates)
     select_metric: str = "macro_f1"
     patience: int = ranged(0, 0)  # stop after N epochs without a better validation score (0: never)
+    max_steps: int = ranged(0, 0)  # stop after N optimizer steps in all, mid-epoch too (0: the epochs decide)
 
     def __post_init__(self):
         _choice("train.precision", self.precision, PRECISIONS)
@@ -191,6 +192,7 @@ class BaselineParams:
     min_df: int = ranged(1, 1)
     C: float = positive(10.0)  # inverse regularisation of the logistic regression
     seed: int = ranged(42, 0, 2**32 - 1)
+    hashing_from: int = ranged(50_000, 0)  # training documents from which it is hashing + SGD
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from textclf.io import UserError, atomic_path
 from textclf.model_source import hub_offline, not_found, resolve_model_name
 
 TRUNCATIONS = ("head", "tail", "head+tail")
-CHUNK = 10_000  # documents tokenized and written per record batch
+CHUNK = 2_000  # documents tokenized and written per record batch: their encodings are the peak
 # Sun et al. 2019 ("How to Fine-Tune BERT for Text Classification?") keep the first
 # 128 and last 382 of 510 tokens: about a quarter from the head.
 HEAD_SHARE = 0.25
@@ -34,6 +34,18 @@ class TokenIds:
         array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
         offsets = array.offsets.to_numpy()
         return cls(array.values.to_numpy()[offsets[0]:offsets[-1]], offsets - offsets[0])
+
+    @classmethod
+    def concat(cls, parts: list["TokenIds"]) -> "TokenIds":
+        values = np.concatenate([p.values for p in parts]) if parts else np.zeros(0, np.int32)
+        lengths = np.concatenate([p.lengths for p in parts]) if parts else np.zeros(0, np.int64)
+        return cls(values, np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64))
+
+    def compact(self) -> "TokenIds":
+        """The same ids in 2 bytes each where every id is below 65 536 (BERT-family
+        vocabularies are about 30 000): half the memory of a training split."""
+        fits = len(self.values) == 0 or int(self.values.max()) < 2 ** 16
+        return TokenIds(self.values.astype(np.uint16), self.offsets) if fits else self
 
     @property
     def lengths(self) -> np.ndarray:
@@ -58,12 +70,14 @@ class TokenIds:
         return self.values[self.offsets[i]:self.offsets[i + 1]]  # (T,) int32, a view
 
 
-def token_batch(doc_ids: list[str], labels: list[str], ids: list[list[int]], lengths: list[int]):
-    """One record batch of the token store: doc_id, label, input_ids list<int32>, n_tokens
-    (untruncated, int32)."""
+def token_batch(doc_ids, labels, ids: list[list[int]], lengths: list[int]):
+    """One record batch of the token store: doc_id, label (lists or Arrow string arrays),
+    input_ids list<int32>, n_tokens (untruncated, int32)."""
     import pyarrow as pa
 
-    return pa.record_batch([pa.array(doc_ids, pa.string()), pa.array(labels, pa.string()),
+    def strings(values):
+        return values if isinstance(values, pa.Array) else pa.array(values, pa.string())
+    return pa.record_batch([strings(doc_ids), strings(labels),
                             pa.array(ids, pa.list_(pa.int32())), pa.array(lengths, pa.int32())],
                            names=["doc_id", "label", "input_ids", "n_tokens"])
 
@@ -142,26 +156,27 @@ def tokenize_texts(tokenizer, texts: list[str], max_length: int, mode: str):
     return ids, lengths
 
 
-def write_tokens(tokenizer, corpus, cfg, path) -> list[int]:
-    """Tokenize the corpus (doc_id, label, text) CHUNK documents at a time, each chunk one
-    record batch of the token store (parquet, written atomically) -> every document's
-    untruncated length."""
+def write_tokens(tokenizer, corpus: str | Path, cfg, path) -> np.ndarray:
+    """Tokenize the corpus parquet (doc_id, label, text) CHUNK documents at a time, read and
+    written as record batches (the token store, written atomically), so that memory holds
+    one chunk -> every document's untruncated length, (N,) int32."""
     import pyarrow.parquet as pq
 
-    lengths: list[int] = []
+    lengths = []
+    source = pq.ParquetFile(corpus)
     with atomic_path(path) as tmp:
         writer = None
-        for start in range(0, len(corpus), CHUNK):
-            part = corpus.iloc[start:start + CHUNK]
-            ids, n = tokenize_texts(tokenizer, part["text"].tolist(), cfg.max_length, cfg.truncation)
-            batch = token_batch(part["doc_id"].tolist(), part["label"].tolist(), ids, n)
+        for part in source.iter_batches(batch_size=CHUNK, columns=["doc_id", "label", "text"]):
+            ids, n = tokenize_texts(tokenizer, part.column("text").to_pylist(), cfg.max_length,
+                                    cfg.truncation)
+            batch = token_batch(part.column("doc_id"), part.column("label"), ids, n)
             writer = writer or pq.ParquetWriter(tmp, batch.schema)
             writer.write_batch(batch)
-            lengths += n
+            lengths.append(np.asarray(n, dtype=np.int32))
         if writer is None:
             raise UserError("the corpus is empty: there is nothing to tokenize.")
         writer.close()
-    return lengths
+    return np.concatenate(lengths)
 
 
 def length_stats(lengths: list[int], max_length: int) -> dict:

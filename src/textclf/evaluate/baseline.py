@@ -1,13 +1,30 @@
-"""The simple thing to beat: TF-IDF (word 1-2-grams, sublinear tf) + a linear classifier."""
+"""The simple thing to beat: TF-IDF (word 1-2-grams, sublinear tf) + a linear classifier.
+
+Up to baseline.hashing_from training documents: a TfidfVectorizer and a logistic
+regression, fitted in memory. Past it, the vocabulary and the feature matrix would not fit
+(a million documents hold tens of millions of distinct bigrams), so the same features come
+from a HashingVectorizer (2^20 columns, no vocabulary), the idf from a sample, and an
+SGDClassifier (logistic loss, the same regularisation) learns from batches of hashed
+documents; only the texts are held, as Arrow strings. On BBC the two agree within
+0.5 point over split seeds 0-4 (docs/benchmarks.md).
+"""
 from __future__ import annotations
 
+import math
+
 import numpy as np
-from sklearn.feature_extraction.text import TfidfVectorizer
-from sklearn.linear_model import LogisticRegression
+from sklearn.feature_extraction.text import HashingVectorizer, TfidfVectorizer
+from sklearn.linear_model import LogisticRegression, SGDClassifier
 from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import normalize
 
 from textclf.config import BaselineParams
 from textclf.evaluate.metrics import classification_scores
+
+HASH_FEATURES = 2 ** 20
+IDF_SAMPLE = 50_000  # training documents whose document frequencies give the idf
+MIN_SEEN = 20_000  # SGD passes over the training split until it has seen this many documents
+SGD_BATCH = 1_000
 
 
 def fit_and_predict(train_texts: list[str], train_y: list[str], test_texts: list[str],
@@ -18,6 +35,38 @@ def fit_and_predict(train_texts: list[str], train_y: list[str], test_texts: list
         LogisticRegression(C=cfg.C, max_iter=2000, random_state=cfg.seed))
     model.fit(train_texts, train_y)
     return [str(c) for c in model.classes_], model.predict_proba(test_texts)
+
+
+class HashedTfidf:
+    """Sublinear tf x idf, L2-normalised, over hashed word n-grams (as TfidfVectorizer with
+    sublinear_tf, smooth idf); min_df does not apply (there is no vocabulary to prune)."""
+
+    def __init__(self, cfg: BaselineParams, sample: list[str]):
+        self.hasher = HashingVectorizer(ngram_range=(1, cfg.ngram_max), n_features=HASH_FEATURES,
+                                        alternate_sign=False, norm=None, dtype=np.float32)
+        df = np.bincount(self.hasher.transform(sample).indices, minlength=HASH_FEATURES)
+        self.idf = (np.log((1 + len(sample)) / (1 + df)) + 1).astype(np.float32)
+
+    def __call__(self, texts: list[str]):
+        x = self.hasher.transform(texts)  # (N, HASH_FEATURES) sparse counts
+        x.data = 1 + np.log(x.data)
+        return normalize(x.multiply(self.idf).tocsr())
+
+
+def fit_hashed(train_texts, train_y: np.ndarray, cfg: BaselineParams) -> tuple[HashedTfidf, SGDClassifier]:
+    """train_texts: anything with len() and take(indices) -> Arrow strings (a ChunkedArray)."""
+    rng = np.random.default_rng(cfg.seed)
+    n = len(train_texts)
+    features = HashedTfidf(cfg, train_texts.take(rng.permutation(n)[:IDF_SAMPLE]).to_pylist())
+    # LogisticRegression minimises C * sum(loss) + |w|^2 / 2; SGD mean(loss) + alpha |w|^2 / 2
+    model = SGDClassifier(loss="log_loss", alpha=1 / (cfg.C * n), random_state=cfg.seed)
+    classes = np.unique(train_y)
+    for _ in range(math.ceil(MIN_SEEN / n)):
+        order = rng.permutation(n)
+        for start in range(0, n, SGD_BATCH):
+            rows = order[start:start + SGD_BATCH]
+            model.partial_fit(features(train_texts.take(rows).to_pylist()), train_y[rows], classes=classes)
+    return features, model
 
 
 def fit_and_score(train_texts: list[str], train_y: list[str], test_texts: list[str],

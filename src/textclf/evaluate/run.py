@@ -61,7 +61,7 @@ def run(args) -> None:
     cfg = load_params(args.params)["evaluate"]
     training = training_run(args.run_file)  # before the work: fail in one line, naming the store
     model, labels = load_classifier(args.model_dir)
-    test = read_token_splits(args.tokens, args.splits, labels)[0]["test"]
+    test = read_token_splits(args.tokens, args.splits, labels, names=("test",))[0]["test"]
     input_ids, y_true = test.input_ids, test.labels
     device, mixed = inference_device(cfg.precision)
     model.to(device)

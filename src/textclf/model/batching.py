@@ -19,6 +19,8 @@ from textclf.io import UserError
 # Batches are formed inside windows of this many batches, sorted by length there:
 # enough to group lengths well, small enough to keep the epoch order random.
 MEGABATCH = 50
+READ_ROWS = 10_000  # token-store rows read at a time
+SPLITS = ("train", "validation", "test")
 PAD_LABEL = -100  # the label of a padding entry: cross-entropy's ignore_index, so its weight is 0
 
 
@@ -29,27 +31,38 @@ class Split:
     doc_ids: list[str] | None = None  # None where a test builds a Split by hand
 
 
-def read_token_splits(tokens_path: str, splits_path: str,
-                      labels: list[str] | None = None) -> tuple[dict[str, Split], list[str]]:
-    """Join token ids with the split assignment -> ({split name: Split}, label names).
-    `labels` fixes the label order (a trained model's); by default it is sorted."""
-    table = pq.read_table(tokens_path, columns=["doc_id", "label", "input_ids"], memory_map=True)
-    ids = TokenIds.from_arrow(table.column("input_ids"))  # int32 arrays, no Python int per id
-    frame = table.select(["doc_id", "label"]).to_pandas()
-    frame["row"] = np.arange(len(frame))
-    frame = frame.merge(pd.read_parquet(splits_path, columns=["doc_id", "split"]), on="doc_id",
-                        validate="one_to_one")
-    found = sorted(frame["label"].unique())
-    labels = found if labels is None else labels
-    unknown = sorted(set(found) - set(labels))
+def read_token_splits(tokens_path: str, splits_path: str, labels: list[str] | None = None,
+                      names: tuple[str, ...] = SPLITS) -> tuple[dict[str, Split], list[str]]:
+    """Join token ids with the split assignment -> ({split name: Split} for `names`, label
+    names). `labels` fixes the label order (a trained model's); by default it is every label
+    of the assigned documents, sorted. The store is read a record batch at a time and only
+    the named splits' ids are kept (train holds no test ids), each split in store order."""
+    assignment = pd.read_parquet(splits_path, columns=["doc_id", "split"])
+    if not assignment["doc_id"].is_unique:
+        raise UserError(f"{splits_path} assigns a document twice; rerun `dvc repro split`.")
+    split_of = pd.Series(assignment["split"].to_numpy(), index=assignment["doc_id"].to_numpy())
+    parts: dict[str, list] = {name: [] for name in names}
+    found: set[str] = set()
+    for batch in pq.ParquetFile(tokens_path).iter_batches(batch_size=READ_ROWS,
+                                                          columns=["doc_id", "label", "input_ids"]):
+        doc_ids = batch.column("doc_id").to_numpy(zero_copy_only=False)
+        label = batch.column("label").to_numpy(zero_copy_only=False)
+        where = split_of.reindex(doc_ids).to_numpy()  # NaN: a document the split does not assign
+        found.update(label[pd.notna(where)].tolist())
+        ids = TokenIds.from_arrow(batch.column("input_ids"))
+        for name in names:
+            rows = np.flatnonzero(where == name)
+            parts[name].append((ids.take(rows).compact(), label[rows], doc_ids[rows]))
+    labels = sorted(found) if labels is None else labels
+    unknown = sorted(found - set(labels))
     if unknown:
         raise UserError(f"labels {unknown} in {tokens_path} are not among the model's labels "
                          f"{labels}; the model folder is stale: run `dvc repro train`.")
     index = {label: i for i, label in enumerate(labels)}
-    splits = {name: Split(ids.take(part["row"].to_numpy()), [index[l] for l in part["label"]],
-                          part["doc_id"].tolist())
-              for name, part in frame.groupby("split")}
-    return splits, labels
+    return {name: Split(TokenIds.concat([p[0] for p in got]),
+                        [index[l] for p in got for l in p[1].tolist()],
+                        [d for p in got for d in p[2].tolist()])
+            for name, got in parts.items()}, labels
 
 
 class TokenDataset(Dataset):

@@ -128,6 +128,16 @@ def train_steps(model: nn.Module, optimizer: torch.optim.Optimizer, scheduler, l
     return loss_sum, step
 
 
+def resident() -> str:
+    """This process's resident memory, from /proc (Linux), as "1.23 GB"."""
+    try:
+        with open("/proc/self/status") as status:
+            kib = next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
+    except (OSError, StopIteration):
+        return "unknown"
+    return f"{kib / 2**20:.2f} GB"
+
+
 def global_count(labels: torch.Tensor, accelerator: Accelerator) -> torch.Tensor:
     """Documents in this step's global batch: this process's, summed over the processes
     (one small all-reduce per step, only with several); padding entries do not count."""
@@ -205,12 +215,14 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train: Split, val: S
     selector = selector or EpochSelector()
     loader = make_train_loader(train, cfg, pad_id, accelerator.process_index, accelerator.num_processes)
     sampler = loader.batch_sampler
-    scheduler = make_scheduler(optimizer, cfg.epochs * len(loader), cfg)
+    total = cfg.epochs * len(loader) if cfg.max_steps == 0 else min(cfg.max_steps, cfg.epochs * len(loader))
+    scheduler = make_scheduler(optimizer, total, cfg)  # the schedule ends where training does
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     if accelerator.num_processes == 1:  # one process: Accelerate's loader (device placement, RNG
         loader = accelerator.prepare(loader)  # handling) exactly as before; N: RankShard shards
     start = checkpointer.restore(accelerator) if checkpointer else Progress()
-    for epoch in range(start.epoch + 1, cfg.epochs + 1):
+    log.info("before the first step: %s resident (data, model, optimizer)", resident())
+    for epoch in range(start.epoch + 1, math.ceil(total / len(loader)) + 1):
         if selector.should_stop():  # checked first, so a resumed training stops alike
             log.info("stopping early before epoch %d: no better validation %s for %d epochs "
                      "(train.patience)", epoch, selector.metric, selector.patience)
@@ -221,9 +233,11 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train: Split, val: S
         first, loss_start = (start.step, start.loss_sum) if epoch == start.epoch + 1 else (0, 0.0)
         on_step = None if checkpointer is None else (
             lambda step, loss, epoch=epoch: checkpointer.after_step(accelerator, epoch, step, loss))
+        left = total - (epoch - 1) * len(loader)  # train.max_steps may end this epoch early
         loss_sum, steps = train_steps(model, optimizer, scheduler, loader, cfg, accelerator,
                                       desc=f"epoch {epoch}/{cfg.epochs}", first_step=first,
-                                      loss_start=loss_start, on_step=on_step)
+                                      loss_start=loss_start, on_step=on_step,
+                                      max_steps=left if left < len(loader) else None)
         train_loss = accelerator.reduce(loss_sum, "mean").item() / steps
         probs = predict_proba(accelerator.unwrap_model(model), val.input_ids, cfg.batch_size * 2,
                               pad_id, accelerator.device, accelerator.mixed_precision)

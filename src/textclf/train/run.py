@@ -155,7 +155,7 @@ def run(args, argv: list[str]) -> None:
         sweep_stale_runs(exp_id)
     else:
         forbid_tracking()
-    splits, labels = read_token_splits(args.tokens, args.splits)
+    splits, labels = read_token_splits(args.tokens, args.splits, names=("train", "validation"))
     tokenizer = load_tokenizer(params["model"].name)
     ckpt = Checkpointer(args.checkpoint_dir, checkpoint_key(params, args), cfg.checkpoint_every,
                         main=main_rank)
