@@ -10,9 +10,11 @@ documents; only the texts are held, as Arrow strings. On BBC the two agree withi
 """
 from __future__ import annotations
 
+import logging
 import math
 
 import numpy as np
+import pandas as pd
 from sklearn.feature_extraction.text import HashingVectorizer, TfidfVectorizer
 from sklearn.linear_model import LogisticRegression, SGDClassifier
 from sklearn.pipeline import make_pipeline
@@ -20,11 +22,15 @@ from sklearn.preprocessing import normalize
 
 from textclf.config import BaselineParams
 from textclf.evaluate.metrics import classification_scores
+from textclf.io import UserError
+
+log = logging.getLogger(__name__)
 
 HASH_FEATURES = 2 ** 20
 IDF_SAMPLE = 50_000  # training documents whose document frequencies give the idf
 MIN_SEEN = 20_000  # SGD passes over the training split until it has seen this many documents
 SGD_BATCH = 1_000
+BATCH = 10_000  # corpus rows read, and test documents scored, at a time
 
 
 def fit_and_predict(train_texts: list[str], train_y: list[str], test_texts: list[str],
@@ -67,6 +73,41 @@ def fit_hashed(train_texts, train_y: np.ndarray, cfg: BaselineParams) -> tuple[H
             rows = order[start:start + SGD_BATCH]
             model.partial_fit(features(train_texts.take(rows).to_pylist()), train_y[rows], classes=classes)
     return features, model
+
+
+def read_split(corpus: str, splits: pd.DataFrame, name: str):
+    """The corpus rows in split `name`, in corpus order, one record batch at a time ->
+    (doc ids, labels, texts as Arrow strings): no Python str per text."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    wanted = set(splits.loc[splits["split"] == name, "doc_id"])
+    parts = []
+    for batch in pq.ParquetFile(corpus).iter_batches(batch_size=BATCH, columns=["doc_id", "label", "text"]):
+        keep = [d in wanted for d in batch.column("doc_id").to_pylist()]
+        parts.append(batch.filter(pa.array(keep)))
+    table = pa.Table.from_batches(parts)
+    if len(table) != len(wanted):
+        raise UserError(f"{len(wanted) - len(table)} {name} document(s) of the split are not in "
+                        f"{corpus}: the split was made from another corpus; rerun `dvc repro split`.")
+    return (table.column("doc_id").to_numpy(), table.column("label").to_numpy(),
+            table.column("text"))
+
+
+def predict_test(corpus: str, splits: pd.DataFrame, cfg) -> tuple[np.ndarray, np.ndarray, list[str], np.ndarray]:
+    """-> (test doc ids, their labels, classes, test probabilities (N, C))."""
+    _, train_y, train_texts = read_split(corpus, splits, "train")
+    test_ids, test_y, test_texts = read_split(corpus, splits, "test")
+    if len(train_y) < cfg.hashing_from:
+        classes, probs = fit_and_predict(train_texts.to_pylist(), train_y.tolist(),
+                                         test_texts.to_pylist(), cfg)
+        return test_ids, test_y, classes, probs
+    log.info("%d training documents >= baseline.hashing_from=%d: hashed n-grams + SGD",
+             len(train_y), cfg.hashing_from)
+    features, model = fit_hashed(train_texts, train_y, cfg)
+    probs = np.concatenate([model.predict_proba(features(test_texts.slice(i, BATCH).to_pylist()))
+                            for i in range(0, len(test_y), BATCH)])
+    return test_ids, test_y, [str(c) for c in model.classes_], probs
 
 
 def fit_and_score(train_texts: list[str], train_y: list[str], test_texts: list[str],
