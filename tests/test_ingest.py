@@ -431,3 +431,18 @@ def test_real_bbc_corpus():
                                            "tech"]
     assert "README.TXT" in report["ignored_top_level"]
     assert report["conflicts"] == []
+
+
+def test_a_corpus_with_nothing_left_fails_on_its_classes_and_leaves_no_output(tmp_path):
+    """Every file empty: near-duplicate detection has nothing to sketch, and the class check
+    names the empty classes; no corpus and no spill folder is left behind."""
+    for name in ("a", "b"):
+        (tmp_path / "src" / name).mkdir(parents=True)
+        (tmp_path / "src" / name / "x.txt").write_text("  \n")
+    out = tmp_path / "out"
+    out.mkdir()
+    params = tmp_path / "params.yaml"
+    params.write_text(f"ingest:\n  source: {json.dumps(str(tmp_path / 'src'))}\n  min_per_class: 1\n")
+    with pytest.raises(ValueError, match=r"\{'a': 0, 'b': 0\} have fewer than ingest.min_per_class=1"):
+        ingest.main(["--params", str(params), "--corpus", str(out / "c.parquet"), "--report", str(out / "r.json")])
+    assert list(out.iterdir()) == []

@@ -99,10 +99,10 @@ def _group_near_duplicates(ledger: Ledger, order: np.ndarray, cfg: NearDuplicate
     position of its group's first document). A group spanning two labels is dropped whole
     or kept, as `cfg.conflicts` says."""
     report["near_duplicates"] = section = {"enabled": cfg.enabled}
-    if not cfg.enabled:
+    if not cfg.enabled or len(order) == 0:  # none kept: ingest fails on the classes next
         return order, np.arange(len(order))
     started = time.perf_counter()
-    position = {int(i): k for k, i in enumerate(order)} if len(order) else {}
+    position = {int(i): k for k, i in enumerate(order)}
 
     def texts_at(positions: np.ndarray):
         return ((position[i], text) for i, text in ledger.texts_at(np.sort(order[positions])))

@@ -34,7 +34,7 @@ SKETCH_MISS = 1e-6  # a pair at the threshold dropped by its MinHash agreement (
 PAIR_CHUNK = 65_536  # candidate pairs compared slot by slot at a time
 MIX = np.uint64(0x9E3779B97F4A7C15)  # odd 64-bit constant (golden ratio): h * MIX + word
 
-TextsAt = Callable[[np.ndarray], Iterator[tuple[int, str]]]  # ascending indices -> (i, text)
+TextsAt = Callable[[np.ndarray], Iterator[tuple[int, str]]]  # indices -> (i, text) of each, any order
 
 
 @dataclass(frozen=True)
