@@ -128,7 +128,7 @@ RAW = """import json, sys, time
 import pyarrow.parquet as pq
 from textclf.data.tokens import CHUNK, load_ids_tokenizer
 tokenizer = load_ids_tokenizer(sys.argv[2]).tokenizer
-reader = pq.ParquetFile(sys.argv[1])
+reader = pq.ParquetFile(sys.argv[1], pre_buffer=False)
 texts, n = [], int(sys.argv[3])
 for batch in reader.iter_batches(batch_size=CHUNK, columns=["text"]):
     texts.append(batch.column("text").to_pylist())

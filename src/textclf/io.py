@@ -74,6 +74,15 @@ def read_json(path: str | Path) -> Any:
     return json.loads(Path(path).read_text(encoding="utf-8"))
 
 
+def open_parquet(path: str | Path):
+    """A parquet file to read record batch by record batch. Without pre-buffering: pyarrow's
+    default (pre_buffer=True) keeps every row group it has read, so iterating a million-document
+    corpus grew by 1.4 GB; without it memory stays at one row group."""
+    import pyarrow.parquet as pq
+
+    return pq.ParquetFile(path, pre_buffer=False)
+
+
 def write_parquet(frame, path: str | Path) -> None:
     with atomic_path(path) as tmp:
         frame.to_parquet(tmp, index=False)

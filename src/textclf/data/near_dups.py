@@ -141,12 +141,12 @@ def candidate_pairs(digests: np.ndarray, bands: int, least: int = 0) -> np.ndarr
         order = np.lexsort(cols.T[::-1])
         same = (cols[order[1:]] == cols[order[:-1]]).all(axis=1)  # (N - 1,) equal to the previous
         run = np.concatenate([[0], np.cumsum(~same)])  # run id per sorted position
-        members = np.flatnonzero(np.concatenate([same, [False]]) | np.concatenate([[False], same]))
-        for d in range(1, len(members)):  # members at distance d in the same run
+        size = np.bincount(run)  # documents per run
+        members = np.flatnonzero(size[run] > 1)  # sorted positions in runs of 2+
+        for d in range(1, int(size.max())):  # pairs d apart in one run
+            members = members[size[run[members]] > d]  # runs too short for d drop out
             a, c = members[:-d], members[d:]
             hit = run[a] == run[c]
-            if not hit.any():
-                break
             i, j = np.minimum(order[a[hit]], order[c[hit]]), np.maximum(order[a[hit]], order[c[hit]])
             ok = _agreeing(digests, i, j, least)
             found.append(np.unique(i[ok] * n + j[ok]))

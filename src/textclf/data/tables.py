@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Iterator
 
 from textclf.data.text import decode
-from textclf.io import UserError
+from textclf.io import UserError, open_parquet
 
 FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet"}
 BATCH_ROWS = 10_000
@@ -103,9 +103,7 @@ def _arrow_rows(path: Path, fmt: str, cols: Columns, malformed: list[int]) -> It
 
     wanted = [c for c in (cols.text, cols.label, cols.id) if c]
     if fmt == "parquet":
-        import pyarrow.parquet as pq
-
-        reader = pq.ParquetFile(path)
+        reader = open_parquet(path)
         _check_columns(path, reader.schema_arrow.names, cols)
         batches = reader.iter_batches(batch_size=BATCH_ROWS, columns=wanted)
     else:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from textclf.io import UserError, atomic_path
+from textclf.io import UserError, atomic_path, open_parquet
 from textclf.model_source import hub_offline, not_found, resolve_model_name
 
 TRUNCATIONS = ("head", "tail", "head+tail")
@@ -163,7 +163,7 @@ def write_tokens(tokenizer, corpus: str | Path, cfg, path) -> np.ndarray:
     import pyarrow.parquet as pq
 
     lengths = []
-    source = pq.ParquetFile(corpus)
+    source = open_parquet(corpus)
     with atomic_path(path) as tmp:
         writer = None
         for part in source.iter_batches(batch_size=CHUNK, columns=["doc_id", "label", "text"]):

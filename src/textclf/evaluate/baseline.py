@@ -22,7 +22,7 @@ from sklearn.preprocessing import normalize
 
 from textclf.config import BaselineParams
 from textclf.evaluate.metrics import classification_scores
-from textclf.io import UserError
+from textclf.io import UserError, open_parquet
 
 log = logging.getLogger(__name__)
 
@@ -79,11 +79,10 @@ def read_split(corpus: str, splits: pd.DataFrame, name: str):
     """The corpus rows in split `name`, in corpus order, one record batch at a time ->
     (doc ids, labels, texts as Arrow strings): no Python str per text."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     wanted = set(splits.loc[splits["split"] == name, "doc_id"])
     parts = []
-    for batch in pq.ParquetFile(corpus).iter_batches(batch_size=BATCH, columns=["doc_id", "label", "text"]):
+    for batch in open_parquet(corpus).iter_batches(batch_size=BATCH, columns=["doc_id", "label", "text"]):
         keep = [d in wanted for d in batch.column("doc_id").to_pylist()]
         parts.append(batch.filter(pa.array(keep)))
     table = pa.Table.from_batches(parts)

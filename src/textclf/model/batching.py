@@ -9,12 +9,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-import pyarrow.parquet as pq
 import torch
 from torch.utils.data import Dataset, Sampler
 
 from textclf.data.tokens import TokenIds
-from textclf.io import UserError
+from textclf.io import UserError, open_parquet
 
 # Batches are formed inside windows of this many batches, sorted by length there:
 # enough to group lengths well, small enough to keep the epoch order random.
@@ -43,7 +42,7 @@ def read_token_splits(tokens_path: str, splits_path: str, labels: list[str] | No
     split_of = pd.Series(assignment["split"].to_numpy(), index=assignment["doc_id"].to_numpy())
     parts: dict[str, list] = {name: [] for name in names}
     found: set[str] = set()
-    for batch in pq.ParquetFile(tokens_path).iter_batches(batch_size=READ_ROWS,
+    for batch in open_parquet(tokens_path).iter_batches(batch_size=READ_ROWS,
                                                           columns=["doc_id", "label", "input_ids"]):
         doc_ids = batch.column("doc_id").to_numpy(zero_copy_only=False)
         label = batch.column("label").to_numpy(zero_copy_only=False)
