@@ -38,6 +38,7 @@ def test_baseline_stage_writes_per_document_predictions(prepared):
     assert scores["accuracy"] == pytest.approx((pred["label"] == pred["predicted"]).mean())
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not BBC.is_dir(), reason=f"BBC corpus not found at {BBC}")
 def test_hashed_sgd_baseline_is_as_strong_on_bbc_and_seeded():
     """The large-corpus baseline (hashed n-grams + SGD, streamed in batches), forced onto
