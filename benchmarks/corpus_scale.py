@@ -4,13 +4,17 @@ stage's data path on the largest.
 
     .venv/bin/python benchmarks/corpus_scale.py [--bbc ../shared/data/bbc]
         [--sizes 100000 1000000] [--formats parquet jsonl] [--train-size 1000000] [--work DIR]
+    .venv/bin/python benchmarks/corpus_scale.py --sizes 100000 --tokenize-rounds 3
 
 Documents recombine BBC sentences within a class: each takes as many sentences as a BBC
 article of its class drawn at random has, each sentence drawn from the class's pool, so
 lengths and vocabulary are BBC's and near-duplicate groups stay rare. Every stage runs as
 `python -m stages.<name>` in a fresh process with the project's params (tokenize.max_length
 256); per stage: wall time, peak RSS (VmHWM of the stage's own process) and documents/s.
-Beside tokenize, the raw `tokenizers` encode_batch of the same texts in one process.
+Beside tokenize, the raw `tokenizers` encode_batch of the same texts in one process (the
+first 200 000 at most); `--tokenize-rounds N` instead alternates the two N times on all the
+texts of each size and keeps the best of each. The downstream stages read corpus.parquet,
+whose shape does not depend on the source format, so they run for the first format only.
 Train runs with train.max_steps on the largest corpus and on a 2 000-document one; the
 difference of their resident memory before the first step is what the data path holds.
 """
@@ -54,6 +58,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="corpus size whose train data path is measured (default: the largest)")
     p.add_argument("--max-steps", type=int, default=2)
     p.add_argument("--work", default=None, help="keep the corpora and outputs here (default: a temp dir)")
+    p.add_argument("--tokenize-rounds", type=int, default=0,
+                   help="instead: tokenize and raw encode_batch alternately this many times on "
+                        "each size (all texts), best of each")
     return p.parse_args(argv)
 
 
@@ -202,7 +209,7 @@ def measure_size(pools: dict, n: int, formats: list[str], root: Path, train: boo
     for k, fmt in enumerate(formats):
         work = root / f"{n}-{fmt}"
         work.mkdir(parents=True, exist_ok=True)
-        source = work / f"corpus.{fmt}"
+        source = work / f"source.{fmt}"  # not corpus.parquet: that is what ingest writes
         started = time.perf_counter()
         write_corpus(pools, n, fmt, source)
         print(f"{n} documents as {fmt}: {source.stat().st_size / 2**20:.0f} MiB written in "
@@ -226,6 +233,24 @@ def measure_size(pools: dict, n: int, formats: list[str], root: Path, train: boo
             print(rows[-1], flush=True)
         source.unlink()  # the corpora are large; the outputs stay for inspection
     return rows
+
+
+def compare_tokenize(pools: dict, n: int, root: Path, rounds: int) -> dict:
+    """The tokenize stage and raw encode_batch on the same n texts, taking turns -> best docs/s."""
+    work = root / f"{n}-tokenize"
+    work.mkdir(parents=True, exist_ok=True)
+    write_corpus(pools, n, "parquet", work / "source.parquet")
+    params = write_params(work, work / "source.parquet", 0)
+    stage, args = data_stages(work, with_downstream=True)[0]
+    run_stage(stage, args, work)  # ingest, once
+    tokenize_args = data_stages(work, with_downstream=True)[1][1]
+    ours, raw = [], []
+    for _ in range(rounds):
+        ours.append(n / run_stage("tokenize", tokenize_args, work)[0])
+        raw.append(raw_encode(work / "corpus.parquet", params["model"]["name"], n))
+        print(f"{n}: tokenize {ours[-1]:.0f} docs/s, raw encode_batch {raw[-1]:.0f} docs/s", flush=True)
+    return {"documents": n, "tokenize docs/s": max(ours), "raw docs/s": max(raw),
+            "ratio": max(ours) / max(raw)}
 
 
 def print_goals(rows: list[dict], sizes: list[int]) -> None:
@@ -267,6 +292,11 @@ def main(argv: list[str] | None = None) -> None:
     train_size = args.train_size or max(args.sizes)
     with tempfile.TemporaryDirectory(prefix="corpus_scale_") as tmp:
         root = Path(args.work or tmp)
+        if args.tokenize_rounds:
+            got = [compare_tokenize(pools, n, root, args.tokenize_rounds) for n in sorted(args.sizes)]
+            print(table([{k: f"{v:.2f}" if k == "ratio" else f"{v:.0f}" for k, v in r.items()} for r in got],
+                        list(got[0])))
+            return
         rows = measure_size(pools, SMALL, ["parquet"], root, True, args.max_steps)
         for n in sorted(args.sizes):
             rows += measure_size(pools, n, args.formats, root, n == train_size, args.max_steps)
