@@ -47,10 +47,15 @@ class HashedTfidf:
     """Sublinear tf x idf, L2-normalised, over hashed word n-grams (as TfidfVectorizer with
     sublinear_tf, smooth idf); min_df does not apply (there is no vocabulary to prune)."""
 
-    def __init__(self, cfg: BaselineParams, sample: list[str]):
+    def __init__(self, cfg: BaselineParams, sample):
+        """sample: Arrow strings whose document frequencies give the idf, hashed SGD_BATCH at
+        a time (a hashed batch of 50 000 documents would take a gigabyte)."""
         self.hasher = HashingVectorizer(ngram_range=(1, cfg.ngram_max), n_features=HASH_FEATURES,
                                         alternate_sign=False, norm=None, dtype=np.float32)
-        df = np.bincount(self.hasher.transform(sample).indices, minlength=HASH_FEATURES)
+        df = np.zeros(HASH_FEATURES, np.int64)
+        for start in range(0, len(sample), SGD_BATCH):
+            df += np.bincount(self.hasher.transform(sample.slice(start, SGD_BATCH).to_pylist()).indices,
+                              minlength=HASH_FEATURES)
         self.idf = (np.log((1 + len(sample)) / (1 + df)) + 1).astype(np.float32)
 
     def __call__(self, texts: list[str]):
@@ -63,7 +68,7 @@ def fit_hashed(train_texts, train_y: np.ndarray, cfg: BaselineParams) -> tuple[H
     """train_texts: anything with len() and take(indices) -> Arrow strings (a ChunkedArray)."""
     rng = np.random.default_rng(cfg.seed)
     n = len(train_texts)
-    features = HashedTfidf(cfg, train_texts.take(rng.permutation(n)[:IDF_SAMPLE]).to_pylist())
+    features = HashedTfidf(cfg, train_texts.take(rng.permutation(n)[:IDF_SAMPLE]))
     # LogisticRegression minimises C * sum(loss) + |w|^2 / 2; SGD mean(loss) + alpha |w|^2 / 2
     model = SGDClassifier(loss="log_loss", alpha=1 / (cfg.C * n), random_state=cfg.seed)
     classes = np.unique(train_y)
@@ -96,14 +101,16 @@ def read_split(corpus: str, splits: pd.DataFrame, name: str):
 def predict_test(corpus: str, splits: pd.DataFrame, cfg) -> tuple[np.ndarray, np.ndarray, list[str], np.ndarray]:
     """-> (test doc ids, their labels, classes, test probabilities (N, C))."""
     _, train_y, train_texts = read_split(corpus, splits, "train")
-    test_ids, test_y, test_texts = read_split(corpus, splits, "test")
     if len(train_y) < cfg.hashing_from:
+        test_ids, test_y, test_texts = read_split(corpus, splits, "test")
         classes, probs = fit_and_predict(train_texts.to_pylist(), train_y.tolist(),
                                          test_texts.to_pylist(), cfg)
         return test_ids, test_y, classes, probs
     log.info("%d training documents >= baseline.hashing_from=%d: hashed n-grams + SGD",
              len(train_y), cfg.hashing_from)
     features, model = fit_hashed(train_texts, train_y, cfg)
+    del train_texts  # the test texts are read only now: never both splits' texts at once
+    test_ids, test_y, test_texts = read_split(corpus, splits, "test")
     probs = np.concatenate([model.predict_proba(features(test_texts.slice(i, BATCH).to_pylist()))
                             for i in range(0, len(test_y), BATCH)])
     return test_ids, test_y, [str(c) for c in model.classes_], probs
