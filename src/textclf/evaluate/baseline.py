@@ -47,16 +47,15 @@ class HashedTfidf:
     """Sublinear tf x idf, L2-normalised, over hashed word n-grams (as TfidfVectorizer with
     sublinear_tf, smooth idf); min_df does not apply (there is no vocabulary to prune)."""
 
-    def __init__(self, cfg: BaselineParams, sample):
-        """sample: Arrow strings whose document frequencies give the idf, hashed SGD_BATCH at
-        a time (a hashed batch of 50 000 documents would take a gigabyte)."""
+    def __init__(self, cfg: BaselineParams, sample: list[list[str]]):
+        """sample: batches of texts whose document frequencies give the idf, hashed a batch at
+        a time (50 000 documents hashed at once would take a gigabyte)."""
         self.hasher = HashingVectorizer(ngram_range=(1, cfg.ngram_max), n_features=HASH_FEATURES,
                                         alternate_sign=False, norm=None, dtype=np.float32)
         df = np.zeros(HASH_FEATURES, np.int64)
-        for start in range(0, len(sample), SGD_BATCH):
-            df += np.bincount(self.hasher.transform(sample.slice(start, SGD_BATCH).to_pylist()).indices,
-                              minlength=HASH_FEATURES)
-        self.idf = (np.log((1 + len(sample)) / (1 + df)) + 1).astype(np.float32)
+        for texts in sample:
+            df += np.bincount(self.hasher.transform(texts).indices, minlength=HASH_FEATURES)
+        self.idf = (np.log((1 + sum(map(len, sample))) / (1 + df)) + 1).astype(np.float32)
 
     def __call__(self, texts: list[str]):
         x = self.hasher.transform(texts)  # (N, HASH_FEATURES) sparse counts
@@ -64,11 +63,38 @@ class HashedTfidf:
         return normalize(x.multiply(self.idf).tocsr())
 
 
+class Rows:
+    """Texts held as a ChunkedArray, fetched by row number. ChunkedArray.take gathers across
+    chunks by first joining them all (a copy of every text per call: 1.6 GB per batch of 1 000
+    at a million documents); this takes from each chunk it needs."""
+
+    def __init__(self, texts):
+        self.texts = texts
+        self.starts = np.cumsum([0] + [len(c) for c in texts.chunks])  # (chunks + 1,)
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def __call__(self, rows: np.ndarray) -> list[str]:
+        import pyarrow as pa
+
+        chunk = np.searchsorted(self.starts, rows, side="right") - 1
+        out: list = [None] * len(rows)
+        for c in np.unique(chunk).tolist():
+            at = np.flatnonzero(chunk == c)
+            picked = self.texts.chunk(c).take(pa.array(rows[at] - self.starts[c])).to_pylist()
+            for k, text in zip(at.tolist(), picked):
+                out[k] = text
+        return out
+
+
 def fit_hashed(train_texts, train_y: np.ndarray, cfg: BaselineParams) -> tuple[HashedTfidf, SGDClassifier]:
-    """train_texts: anything with len() and take(indices) -> Arrow strings (a ChunkedArray)."""
+    """train_texts: Arrow strings (a ChunkedArray), labels (N,)."""
     rng = np.random.default_rng(cfg.seed)
-    n = len(train_texts)
-    features = HashedTfidf(cfg, train_texts.take(rng.permutation(n)[:IDF_SAMPLE]))
+    texts = Rows(train_texts)
+    n = len(texts)
+    sample = rng.permutation(n)[:IDF_SAMPLE]
+    features = HashedTfidf(cfg, [texts(sample[i:i + SGD_BATCH]) for i in range(0, len(sample), SGD_BATCH)])
     # LogisticRegression minimises C * sum(loss) + |w|^2 / 2; SGD mean(loss) + alpha |w|^2 / 2
     model = SGDClassifier(loss="log_loss", alpha=1 / (cfg.C * n), random_state=cfg.seed)
     classes = np.unique(train_y)
@@ -76,7 +102,7 @@ def fit_hashed(train_texts, train_y: np.ndarray, cfg: BaselineParams) -> tuple[H
         order = rng.permutation(n)
         for start in range(0, n, SGD_BATCH):
             rows = order[start:start + SGD_BATCH]
-            model.partial_fit(features(train_texts.take(rows).to_pylist()), train_y[rows], classes=classes)
+            model.partial_fit(features(texts(rows)), train_y[rows], classes=classes)
     return features, model
 
 
