@@ -64,9 +64,6 @@ class Ledger:
         if self._writer:
             self._writer.close()
 
-    def __len__(self) -> int:
-        return len(self.paths)
-
     def sketches(self, order: np.ndarray) -> np.ndarray:
         """(len(order), num_perm) MinHash rows of the documents at `order`."""
         rows = np.concatenate(self._sketches)
