@@ -19,6 +19,10 @@
 #   MLFLOW_SERVER_ENABLE_JOB_EXECUTION  MLflow's GenAI job runner (scorers, prompt optimisation;
 #                          the pipeline uses none): 8 more processes, about 2 GB; default false here
 #   TEXTCLF_PYTHON         the Python with mlflow and psycopg (default <repo>/.venv/bin/python)
+#   TEXTCLF_ARTIFACTS      where the server keeps artifacts: a folder (default $TEXTCLF_STATE/mlartifacts)
+#                          or s3://bucket/prefix, with the standard AWS variables (AWS_ACCESS_KEY_ID,
+#                          AWS_SECRET_ACCESS_KEY, and MLFLOW_S3_ENDPOINT_URL for MinIO or another
+#                          S3-compatible store) set in this script's environment
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -30,6 +34,7 @@ PYTHON=${TEXTCLF_PYTHON:-$ROOT/.venv/bin/python}
 PGDATA=$STATE/postgres
 PASSFILE=$STATE/postgres.password
 PIDFILE=$STATE/mlflow.pid
+ARTIFACTS=${TEXTCLF_ARTIFACTS:-$STATE/mlartifacts}
 URL=http://127.0.0.1:$MLFLOW_PORT
 
 die() { echo "server.sh: $*" >&2; exit 1; }
@@ -133,7 +138,7 @@ start_mlflow() {
   MLFLOW_SERVER_ENABLE_JOB_EXECUTION=${MLFLOW_SERVER_ENABLE_JOB_EXECUTION:-false} \
   PGPASSWORD=$1 PATH="$(dirname "$PYTHON"):$PATH" setsid "$PYTHON" -m mlflow server \
     --backend-store-uri "postgresql://mlflow@127.0.0.1:$PG_PORT/mlflow" \
-    --artifacts-destination "$STATE/mlartifacts" \
+    --artifacts-destination "$ARTIFACTS" \
     --host 127.0.0.1 --port "$MLFLOW_PORT" --workers "$WORKERS" \
     >> "$STATE/mlflow.log" 2>&1 < /dev/null &
   local pid=$! waited=0

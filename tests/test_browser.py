@@ -83,7 +83,9 @@ def test_mlflow_ui_lists_metrics_and_report(mlflow_server, browser):
         assert text in body, text
     browser.save_screenshot(str(SHOTS / "mlflow_run.png"))
     browser.get(f"{page}/artifacts/report/report.html")
-    body = wait_for_text(browser, ["report.html", "confusion.png", "metrics.json"])
-    for text in ("report.html", "confusion.png", "ingest_report.json", "metrics.json"):
+    # the UI lists the report folder after the root, a request later: wait for every name
+    names = ["report.html", "confusion.png", "ingest_report.json", "metrics.json"]
+    body = wait_for_text(browser, names)
+    browser.save_screenshot(str(SHOTS / "mlflow_artifacts.png"))  # before asserting: see what it showed
+    for text in names:
         assert text in body, text
-    browser.save_screenshot(str(SHOTS / "mlflow_artifacts.png"))
