@@ -170,15 +170,27 @@ def test_the_logged_model_loads_in_a_fresh_venv_from_its_requirements(trained, t
     assert np.allclose(got["probability"], expected["probability"], atol=1e-5)
 
 
-def invoke(url: str, rows: list) -> tuple[int, dict]:
-    body = json.dumps({"dataframe_split": {"columns": ["text"], "data": [[t] for t in rows]}})
-    req = urllib.request.Request(f"{url}/invocations", data=body.encode(),
-                                 headers={"Content-Type": "application/json"})
+def post(url: str, body: bytes) -> tuple[int, dict]:
+    req = urllib.request.Request(f"{url}/invocations", data=body, headers={"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(req, timeout=60) as resp:
             return resp.status, json.loads(resp.read())
     except urllib.error.HTTPError as err:
         return err.code, json.loads(err.read())
+
+
+def invoke(url: str, rows: list, column: str = "text") -> tuple[int, dict]:
+    return post(url, json.dumps({"dataframe_split": {"columns": [column], "data": [[t] for t in rows]}}).encode())
+
+
+SECRET = "Zanzibar"  # in every refused request: no answer may echo it
+
+
+def assert_refused_in_one_line(bad: dict) -> None:
+    for name, (status, answer) in bad.items():  # a clear message, no stack trace, paths or input
+        message = answer["message"]
+        assert status == 400 and "stack_trace" not in answer and str(REPO) not in message, name
+        assert "\n" not in message and SECRET not in message and "Failed to predict" not in message, (name, message)
 
 
 def test_mlflow_models_serve_answers_rest(trained, tmp_path):
@@ -190,13 +202,34 @@ def test_mlflow_models_serve_answers_rest(trained, tmp_path):
         status, answer = invoke(url, TEXTS)
         assert status == 200
         got = pd.DataFrame(answer["predictions"])
-        bad = {"empty": invoke(url, [TEXTS[0], "  "]), "not text": invoke(url, [7]),
-               "too many": invoke(url, TEXTS * 2)}
-    for name, (status, answer) in bad.items():  # a clear message, no stack trace or paths
-        assert status == 400 and "stack_trace" not in answer and str(REPO) not in answer["message"], name
+        bad = {"empty": invoke(url, [SECRET, "  "]), "not text": invoke(url, [SECRET, 7]),
+               "too many": invoke(url, [SECRET] + TEXTS * 2)}
+    assert_refused_in_one_line(bad)
     assert "inputs [1] are empty or whitespace-only" in bad["empty"][1]["message"]
-    assert "are not strings" in bad["not text"][1]["message"]
-    assert "has 6 rows; the limit is 5" in bad["too many"][1]["message"]
+    assert "inputs [1] are not strings" in bad["not text"][1]["message"]
+    assert "has 7 rows; the limit is 5" in bad["too many"][1]["message"]
     expected = Predictor(tmp / "model").predict(TEXTS)
     assert got["label"].tolist() == expected["label"].tolist()
     assert np.allclose(got["probability"], expected["probability"], atol=1e-5)
+
+
+def test_textclf_serve_refuses_malformed_requests_in_one_line(trained, tmp_path):
+    """MLflow's own refusals (not JSON, not UTF-8, no `text` column, not the scoring format)
+    quote the request over several lines; textclf.serve answers them in one line."""
+    tmp, run = trained
+    url = f"http://127.0.0.1:{free_port()}"
+    cmd = [sys.executable, "-m", "textclf.serve", run["model_uri"], "--port", url.rsplit(":", 1)[1]]
+    with server(cmd, tmp, f"{url}/ping", tmp_path / "serve.log"):
+        status, answer = invoke(url, TEXTS)
+        bad = {"not json": post(url, b'{"dataframe_split": {"columns": ["text"], "data": [["%s"' % SECRET.encode()),
+               "not utf-8": post(url, b'{"inputs": ["caf\xe9 %s"]}' % SECRET.encode()),
+               "no text column": invoke(url, [SECRET], column=SECRET),
+               "no format key": post(url, json.dumps({SECRET: [SECRET]}).encode()),
+               "empty": invoke(url, [SECRET, ""])}
+    assert status == 200 and len(answer["predictions"]) == len(TEXTS)
+    assert_refused_in_one_line(bad)
+    assert bad["not json"][1]["message"].startswith("the request body is not valid JSON in UTF-8")
+    assert bad["not utf-8"][1]["message"].startswith("the request body is not valid JSON in UTF-8")
+    assert bad["no text column"][1]["message"].startswith("the request does not have the model's input")
+    assert bad["no format key"][1]["message"].startswith("the request is not in the scoring format")
+    assert "inputs [1] are empty" in bad["empty"][1]["message"]

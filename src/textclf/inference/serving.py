@@ -33,6 +33,27 @@ REQUIREMENTS = ("torch", "transformers", "tokenizers", "safetensors", "pandas", 
                 "pyarrow", "pyyaml", "mlflow")
 
 
+REFUSED = "TEXTCLF_REQUEST_REFUSED"  # error_class of our 400s (textclf.serve keeps their message)
+
+
+class RequestRefused(MlflowException):
+    """A 400 whose message stays the one line we wrote. MLflow's scoring server prefixes the
+    message of an exception from predict() with "Failed to predict data '<the request's rows>'.":
+    three lines that echo the client's text back into answers and logs."""
+
+    def __init__(self, message: str):
+        super().__init__(message, error_code=INVALID_PARAMETER_VALUE, error_class=REFUSED)
+
+    @property
+    def message(self) -> str:
+        return self._refusal
+
+    @message.setter
+    def message(self, value: str) -> None:
+        if not hasattr(self, "_refusal"):  # set once, by __init__; the server's rewrite is dropped
+            self._refusal = value
+
+
 def _limit(env: str, default: int) -> int:
     value = os.environ.get(env, "")
     if not value:
@@ -58,7 +79,8 @@ def check_request(texts: list) -> None:
 def texts_of(model_input) -> list[str]:
     if isinstance(model_input, pd.DataFrame):
         if TEXT_COLUMN not in model_input.columns:
-            raise UserError(f"input columns {list(model_input.columns)} have no "
+            # the count, not the names: a column name is the client's text
+            raise UserError(f"the input's {len(model_input.columns)} columns include no "
                              f"{TEXT_COLUMN!r} column; send one column named {TEXT_COLUMN!r}.")
         return model_input[TEXT_COLUMN].tolist()
     if isinstance(model_input, pd.Series):
@@ -80,7 +102,7 @@ class TextClassifier(mlflow.pyfunc.PythonModel):
         except UserError as err:
             # an MlflowException: the server answers 400 with this message, and no stack
             # trace with the server's file paths
-            raise MlflowException(str(err), error_code=INVALID_PARAMETER_VALUE) from None
+            raise RequestRefused(str(err)) from None
 
 
 def pinned_requirements() -> list[str]:

@@ -1,0 +1,84 @@
+"""Serve a logged model over REST: MLflow's scoring server (the app `mlflow models serve
+--env-manager local` runs: /invocations, /ping, /health, /version), with every 4xx answer cut
+to one line that carries none of the request's text.
+
+    python -m textclf.serve models:/textclf@champion --port 5001
+
+MLflow's own refusals (a body that is not JSON, a request without the `text` column) quote the
+request back, over several lines, into answers, proxies and logs. The model's own refusals
+(empty text, a non-string value, a request over the limits) are one line already.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+
+from textclf.inference.serving import REFUSED
+
+MODEL_ENV = "TEXTCLF_SERVE_MODEL"  # how each uvicorn worker learns the model URI
+FORMAT = ('send JSON such as {"dataframe_split": {"columns": ["text"], "data": [["one text"]]}} '
+          "with Content-Type: application/json")
+# MLflow's error classes -> what was wrong, in our words; anything else gets the generic line
+REASONS = {"SCHEMA_ENFORCEMENT_FAILED": "the request does not have the model's input, one string "
+                                        "column named 'text'"}
+log = logging.getLogger(__name__)
+
+
+def one_line(answer: dict) -> dict:
+    """A 4xx answer's JSON -> the same answer with a one-line message and no request text."""
+    kept = {k: answer[k] for k in ("error_code", "error_class", "sqlstate") if k in answer}
+    message = str(answer.get("message", ""))
+    if answer.get("error_class") == REFUSED:
+        return {**kept, "message": message}  # no stack_trace: it names the server's files
+    if "valid JSON" in message or "UTF-8" in message:
+        reason = "the request body is not valid JSON in UTF-8"
+    else:
+        reason = REASONS.get(answer.get("error_class"), "the request is not in the scoring format")
+    return {**kept, "message": f"{reason}: {FORMAT}."}
+
+
+def build_app():
+    """The scoring app for the model in $TEXTCLF_SERVE_MODEL (a uvicorn factory)."""
+    import mlflow
+    from fastapi import Request
+    from fastapi.responses import Response
+    from mlflow.pyfunc import scoring_server
+
+    app = scoring_server.init(mlflow.pyfunc.load_model(os.environ[MODEL_ENV]))
+
+    @app.middleware("http")
+    async def refusals_in_one_line(request: Request, call_next):
+        response = await call_next(request)
+        if not 400 <= response.status_code < 500:
+            return response
+        body = b"".join([chunk async for chunk in response.body_iterator])
+        try:
+            answer = json.loads(body)
+        except ValueError:  # text/plain (415: not JSON); MLflow's own lines, no request text
+            return Response(body, response.status_code, media_type=response.media_type)
+        return Response(json.dumps(one_line(answer)), response.status_code,
+                        media_type="application/json")
+
+    return app
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("model_uri", help="models:/NAME@ALIAS, runs:/ID/model or a model folder URI")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=5001)
+    parser.add_argument("--workers", type=int, default=1, help="uvicorn workers, each loads the model")
+    args = parser.parse_args(argv)
+    import uvicorn
+
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    os.environ[MODEL_ENV] = args.model_uri
+    log.info("serving %s on http://%s:%d", args.model_uri, args.host, args.port)
+    uvicorn.run("textclf.serve:build_app", factory=True, host=args.host, port=args.port,
+                workers=args.workers)
+
+
+if __name__ == "__main__":
+    main()
