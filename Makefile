@@ -20,10 +20,13 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# preflight: a FIFO in the corpus folder would make `dvc repro` hang (README, Known limits)
+# preflight: a FIFO in the corpus folder would make `dvc repro` hang (README, Known limits);
+# leftover: a checkpoint nothing will resume once DVC restored the training from its run-cache
+# (README, Failure and recovery)
 repro: $(STAMP)
 	$(BIN)/python -m textclf.preflight
 	PATH="$(CURDIR)/$(BIN):$$PATH" dvc repro
+	$(BIN)/python -m textclf.train.leftover
 
 # Two xdist workers, one per core (each test file runs on one worker, so a module's fixtures
 # are built once; tests/conftest.py builds the shared session fixtures once for both), a

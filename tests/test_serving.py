@@ -91,6 +91,18 @@ def test_predict_cli_refuses_empty_input(trained, tmp_path):
         Predictor(tmp / "model").predict([""])
 
 
+def test_predict_cli_decodes_stdin_as_it_decodes_files(trained, tmp_path):
+    """Windows-1252 bytes (not UTF-8) on stdin: the rules files get, not a tokenizer TypeError."""
+    tmp, _ = trained
+    raw = b"caf\xe9 prices rose\n"
+    (tmp_path / "cafe.txt").write_bytes(raw)
+    cli = [sys.executable, "-m", "textclf.predict", str(tmp / "model")]
+    from_file = subprocess.run(cli + [str(tmp_path / "cafe.txt")], capture_output=True, text=True)
+    from_stdin = subprocess.run(cli, input=raw, capture_output=True)
+    assert from_file.returncode == 0 and from_stdin.returncode == 0, from_stdin.stderr[-2000:]
+    assert from_stdin.stdout.decode().split("\t")[1:] == from_file.stdout.split("\t")[1:]
+
+
 def test_mlflow_models_predict_offline(trained, tmp_path):
     tmp, run = trained
     inp = tmp_path / "in.json"
