@@ -26,7 +26,7 @@ install: $(STAMP)
 repro: $(STAMP)
 	$(BIN)/python -m textclf.preflight
 	PATH="$(CURDIR)/$(BIN):$$PATH" dvc repro
-	$(BIN)/python -m textclf.train.leftover
+	$(BIN)/python -m textclf.leftover
 
 # Two xdist workers, one per core (each test file runs on one worker, so a module's fixtures
 # are built once; tests/conftest.py builds the shared session fixtures once for both), a

@@ -8,7 +8,7 @@ repro` has succeeded, the train stage is up to date, so a checkpoint made with t
 and data is one that nothing will resume: it goes. One made with other params stays (switching
 them back resumes it).
 
-    python -m textclf.train.leftover            # the train stage's paths, from dvc.yaml
+    python -m textclf.leftover            # the train stage's paths, from dvc.yaml
 """
 from __future__ import annotations
 
