@@ -22,7 +22,10 @@ import yaml
 from mlflow.tracking import MlflowClient
 from safetensors.torch import load_file
 
+from textclf.io import UserError
+from textclf import leftover
 from textclf.tracking.runs import sweep_stale_runs
+from textclf.train.checkpoint import Checkpointer
 
 from conftest import GIT_ENV, REPO, copy_prepared, copy_repo, dvc, run_train, write_params
 
@@ -112,6 +115,9 @@ def test_sigkill_after_epoch_1_then_rerun_resumes_into_the_same_run(workdir):
     assert f"marked run {stale} FAILED" in log and "resuming from checkpoint" in log
     client, run = the_run(workdir, "killed")
     assert run.info.run_id == stale and run.info.status == "FINISHED"
+    # swept while its process was gone, then resumed: the tag says so, not that it is swept
+    assert "textclf.swept" not in run.data.tags
+    assert run.data.tags["textclf.resumed_after"].endswith("was gone")
     assert_epochs_logged_once(client, stale)
     assert_same_as_reference(workdir, "killed")
     assert not (workdir / "killed" / "ckpt").exists()  # removed after success by default
@@ -151,6 +157,46 @@ def test_a_changed_param_discards_the_checkpoint(workdir, caplog, monkeypatch):
     run_train(variant(workdir, "kept", lr_encoder=5e-5, epochs=1) + CKPT, "kept/m")
     assert "discarding checkpoint" in caplog.text and "resuming" not in caplog.text
     assert not (workdir / "kept" / "ckpt").exists()
+
+
+def test_params_rewritten_during_training_fail_the_stage_in_one_line(workdir, monkeypatch):
+    """`dvc exp run -S train.seed=7` started while `dvc repro` trains rewrites params.yaml, then
+    fails on DVC's lock; the running stage must not end as if it had trained with seed 7."""
+    monkeypatch.chdir(workdir)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{workdir / 'mlflow.db'}")
+    params = variant(workdir, "rewritten", epochs=2)
+    after_epoch = Checkpointer.after_epoch
+
+    def rewrite_after_epoch_1(self, accelerator, epoch):
+        after_epoch(self, accelerator, epoch)
+        if epoch == 1:
+            write_params(Path(params[1]), train={"seed": 7})
+
+    monkeypatch.setattr(Checkpointer, "after_epoch", rewrite_after_epoch_1)
+    with pytest.raises(UserError, match=r"changed while train ran \(train\.seed: 42 -> 7\)") as err:
+        run_train(params + ["--checkpoint-dir", "rewritten/ckpt"], "rewritten/m", run_file="rewritten/run.json")
+    assert "\n" not in str(err.value)
+    run_id = json.loads((workdir / "rewritten" / "run.json").read_text())["run_id"]
+    assert MlflowClient(f"sqlite:///{workdir / 'mlflow.db'}").get_run(run_id).info.status == "FAILED"
+
+
+def test_a_checkpoint_nothing_will_resume_is_removed_after_repro(workdir, monkeypatch):
+    """`dvc repro` after an interrupt restores the run-cache's result when these params trained
+    to the end before; `make repro` then removes the interrupted training's checkpoint."""
+    monkeypatch.chdir(workdir)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{workdir / 'mlflow.db'}")
+    ckpt = ["--checkpoint-dir", "left/ckpt"]
+    run_train(variant(workdir, "left", keep_checkpoint=True, epochs=1) + ckpt, "left/m", run_file="left/run.json")
+    (workdir / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"train": {"cmd": " ".join(
+        ["python -m stages.train --tokens t.parquet --splits sp.parquet --params left.yaml", *ckpt])}}}))
+    leftover.main([])
+    assert (workdir / "left" / "ckpt").is_dir()  # train.keep_checkpoint: true keeps it
+    variant(workdir, "left", epochs=1, lr_encoder=5e-5)
+    leftover.main([])
+    assert (workdir / "left" / "ckpt").is_dir()  # other params: switching back resumes it
+    variant(workdir, "left", epochs=1)  # the params it was made with
+    leftover.main([])
+    assert not (workdir / "left" / "ckpt").exists()
 
 
 def test_sweep_marks_only_runs_whose_process_is_gone(tmp_path):
@@ -265,7 +311,8 @@ def small_disk(tmp_path):
 def test_a_full_disk_during_a_save_keeps_the_previous_checkpoint(workdir, small_disk):
     """Epoch 1's checkpoint sits on a disk with room for about one more half: epoch 2's save
     fails. The stage stops in one line, epoch 1's checkpoint stays complete and in charge,
-    and once there is room the rerun resumes from it to the very same model."""
+    and once there is room the rerun resumes from it to the very same model. Epoch 2, trained
+    twice, is in the run once (issue 24: it was logged before the save that failed)."""
     from textclf.train.checkpoint import damage
     name = "full"
     killed = signalled(workdir, name, signal.SIGKILL, epoch=1)
@@ -286,3 +333,5 @@ def test_a_full_disk_during_a_save_keeps_the_previous_checkpoint(workdir, small_
     shutil.copytree(disk / "ckpt", workdir / name / "ckpt")  # room again
     assert "epoch 1 done" in finish(workdir, name)
     assert_same_as_reference(workdir, name)
+    client, run = the_run(workdir, name)
+    assert_epochs_logged_once(client, run.info.run_id)

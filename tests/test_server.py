@@ -22,6 +22,8 @@ from mlflow.tracking import MlflowClient
 from conftest import GIT_ENV, REPO, copy_repo, dvc, dvc_run, free_port, server, venv_env, write_params
 from test_browser import SHOTS, browser, wait_for_text  # noqa: F401  (browser is a fixture)
 from test_serving import invoke
+from textclf.io import UserError
+from textclf.tracking.runs import check_store
 
 SCRIPT = REPO / "scripts" / "server.sh"
 LABELS = {"business", "entertainment", "politics", "sport", "tech"}
@@ -226,3 +228,45 @@ def test_a_stopped_server_fails_train_at_its_start_and_keeps_its_runs(served, te
     again = server_sh(team.env, "start")  # idempotent
     assert "PostgreSQL already running" in again.stdout and "mlflow server already running" in again.stdout
     assert MlflowClient(team.url).get_run(before["run_id"]).info.status == "FINISHED"
+
+
+def stop_postgres(state: Path) -> None:
+    """PostgreSQL alone, as a crash or an admin would stop it; mlflow server keeps running."""
+    pg_ctl = (sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl")) or [shutil.which("pg_ctl")])[-1]
+    cmd = [pg_ctl, "-D", str(state / "postgres"), "-m", "fast", "-w", "stop"]
+    if os.geteuid() == 0:
+        cmd = ["runuser", "-u", "postgres", "--", *cmd]
+    subprocess.run(cmd, check=True, capture_output=True)
+
+
+@pytest.mark.slow  # 79 s on 2 loaded cores: a dvc train and a restart of both servers
+def test_postgres_down_fails_train_in_seconds_naming_the_database(served, team, tmp_path):
+    """Issue 24: with PostgreSQL down, mlflow server still answers /health (200), and MLflow's
+    client retried for minutes before a line that said to start the server. check_store fails
+    in seconds, naming the server's database, and `server.sh start` brings PostgreSQL back and
+    restarts mlflow server. A worker that found the database gone answers 503 at once or, when
+    it had no connection yet, retries it for minutes: both end in the same line."""
+    repo = tmp_path / "repo"
+    shutil.copytree(served[0], repo, symlinks=True)
+    stop_postgres(team.state)
+    try:
+        assert "PostgreSQL: stopped" in server_sh(team.env, "status").stdout
+        started = time.monotonic()
+        with pytest.raises(UserError) as caught:
+            check_store(team.url)
+        assert time.monotonic() - started < 30
+        message = str(caught.value)
+        assert len(message.splitlines()) == 1 and "start the server (" not in message
+        assert message.startswith(f"MLflow tracking server {team.url} answers")
+        assert "backend store" in message and "scripts/server.sh start" in message
+
+        proc = dvc_run(repo, "repro", "--force", "--single-item", "train", env={"MLFLOW_TRACKING_URI": team.url})
+        out = proc.stdout + proc.stderr
+        assert proc.returncode != 0 and f"MLflow tracking server {team.url} answers" in out, out[-3000:]
+        assert "Traceback" not in out and "MLflow run" not in out  # train never opened a run
+    finally:
+        restarted = server_sh(team.env, "start")
+    assert restarted.returncode == 0, restarted.stdout + restarted.stderr
+    assert "PostgreSQL was down under the running mlflow server: restarting" in restarted.stdout
+    assert "PostgreSQL started" in restarted.stdout and "mlflow server running" in restarted.stdout
+    check_store(team.url)

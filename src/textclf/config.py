@@ -166,6 +166,11 @@ class TrainParams:
     checkpoint_every: int = ranged(0, 0)  # also save a checkpoint every N optimizer steps (0: per epoch only)
     keep_checkpoint: bool = False  # keep models/checkpoint after a successful training
     processes: int = ranged(1, 1, 64)  # >1: the stage reruns itself under torchrun (README, Team setup)
+    # several machines (README, Team setup): node 0 runs the stage, the others join it with
+    # `python -m textclf.train.launch --node-rank K`; each node runs `processes` processes
+    nodes: int = ranged(1, 1, 64)
+    rdzv_endpoint: str = ""  # host:port on node 0 that every node reaches (nodes > 1)
+    rdzv_timeout: int = ranged(300, 5, 86400)  # seconds a node waits for all the others to start
     select: str = "best"  # best: keep the epoch that scores best on validation (select_metric) | last
     # macro_f1: the best validation macro-F1, a tie going to the lower validation loss | loss:
     # the lowest validation loss (smoother: it keeps improving after macro-F1 saturates)
@@ -180,10 +185,20 @@ class TrainParams:
         _choice("train.encoder", self.encoder, ("finetune", "freeze", "last_k"))
         _choice("train.optimizer", self.optimizer, ("adamw", "adam"))
         _choice("train.scheduler", self.scheduler, ("linear", "constant"))
-        if self.batch_size % self.processes:
+        if self.batch_size % (self.processes * self.nodes):
             raise UserError(f"params.yaml: train.batch_size={self.batch_size} is the global batch, "
-                             f"split evenly over train.processes={self.processes}: make it a "
-                             "multiple of train.processes.")
+                             f"split evenly over train.processes={self.processes} on each of "
+                             f"train.nodes={self.nodes}: make it a multiple of processes × nodes.")
+        if self.nodes > 1:
+            _check_endpoint(self.rdzv_endpoint)
+
+
+def _check_endpoint(value: str) -> None:
+    """train.rdzv_endpoint is host:port (an IPv6 host in brackets); nodes > 1 needs one."""
+    host, _, port = value.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise UserError(f"params.yaml: train.rdzv_endpoint={value!r} must be host:port of node 0, "
+                         "reachable from every node (e.g. 10.0.0.5:29400), when train.nodes > 1.")
 
 
 @dataclass(frozen=True)
@@ -288,6 +303,18 @@ def load_params(path: str | Path) -> dict[str, Any]:
         if section not in SECTIONS:
             raise UserError(f"params.yaml: unknown section {section!r}." + _hint(section, SECTIONS))
     return {name: parse_section(name, raw.get(name)) for name in SECTIONS}
+
+
+def changed_since(path: str | Path, params: dict[str, Any], sections: tuple[str, ...]) -> list[str]:
+    """'section.key: old -> new' for each value of `sections` that the params file now holds
+    differently from `params`, read from it earlier. DVC records the params it finds when a
+    stage ends, so a file rewritten meanwhile (`dvc exp run -S` started during `dvc repro`
+    rewrites it before failing on DVC's lock) would pair this stage's outputs with values
+    it never used."""
+    now = load_params(path)
+    before, after = flatten({s: params[s] for s in sections}), flatten({s: now[s] for s in sections})
+    return [f"{key}: {before.get(key)!r} -> {after.get(key)!r}" for key in sorted(before.keys() | after.keys())
+            if before.get(key) != after.get(key)]
 
 
 def flatten(params: dict[str, Any]) -> dict[str, Any]:

@@ -14,28 +14,23 @@ from __future__ import annotations
 
 import argparse
 import logging
-import shlex
 import shutil
 from pathlib import Path
-
-import yaml
 
 from textclf.config import load_params
 from textclf.io import read_json, run_stage, setup_logging
 from textclf.train.checkpoint import LATEST
+from textclf.train.launch import stage_inputs
 
 log = logging.getLogger(__name__)
 
 
-def train_arguments(dvc_yaml: Path) -> argparse.Namespace:
-    """The train stage's arguments as dvc.yaml writes them (each path is written once, there)."""
-    cmd = shlex.split(yaml.safe_load(dvc_yaml.read_text(encoding="utf-8"))["stages"]["train"]["cmd"])
-    parser = argparse.ArgumentParser(add_help=False)
-    for flag in ("--tokens", "--splits"):
-        parser.add_argument(flag, required=True)
-    parser.add_argument("--params", default="params.yaml")
-    parser.add_argument("--checkpoint-dir", default="models/checkpoint")
-    return parser.parse_known_args(cmd[cmd.index("stages.train") + 1:])[0]
+def train_arguments(dvc_yaml: str) -> argparse.Namespace:
+    """The train stage's params, inputs and checkpoint folder, as dvc.yaml gives them."""
+    given = stage_inputs(dvc_yaml, ("--tokens", "--splits", "--params", "--checkpoint-dir"))
+    return argparse.Namespace(tokens=given["--tokens"], splits=given["--splits"],
+                              params=given.get("--params", "params.yaml"),  # the stage's defaults
+                              checkpoint_dir=given.get("--checkpoint-dir", "models/checkpoint"))
 
 
 def remove_if_current(args: argparse.Namespace) -> bool:
@@ -58,7 +53,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dvc-yaml", default="dvc.yaml")
     setup_logging()
-    remove_if_current(train_arguments(Path(parser.parse_args(argv).dvc_yaml)))
+    remove_if_current(train_arguments(parser.parse_args(argv).dvc_yaml))
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ process tags and the sweep of runs whose process is gone, and the tags that tie 
 to its code and data."""
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -26,6 +27,7 @@ EXPERIMENT = os.environ.get("MLFLOW_EXPERIMENT_NAME", "textclf")
 # relative to that copy would vanish with it, so they go to the project's store.
 _EXP_COPY = os.sep + os.path.join(".dvc", "tmp", "exps") + os.sep
 HOST_TAG, PID_TAG, START_TAG = "textclf.host", "textclf.pid", "textclf.pid_start"
+SWEPT_TAG, RESUMED_TAG = "textclf.swept", "textclf.resumed_after"
 DATASET_TRIES = 3
 DUPLICATE_KEY = ("UniqueViolation", "duplicate key value", "UNIQUE constraint failed")
 
@@ -50,28 +52,97 @@ def _fix(uri: str) -> str:
     return "make the database and its folder writable, or point MLFLOW_TRACKING_URI at a working store"
 
 
-def check_store(uri: str, timeout: float = 5.0) -> None:
-    """Fail in one line, before any work, when the tracking store cannot be written.
-    A server is asked for /health first: MLflow's own client retries for minutes."""
-    if uri.startswith(("http://", "https://")):
+_BACKEND_FIX = ("the server's database is down or unreachable; on the server's machine run "
+                "scripts/server.sh start with the settings it was started with (it starts PostgreSQL "
+                "and restarts mlflow server), or check the database its --backend-store-uri names")
+
+
+def _denied(uri: str, status: int, action: str) -> UserError:
+    """401/403 from an authenticating server -> the one line naming the variable to set."""
+    user = os.environ.get("MLFLOW_TRACKING_USERNAME")
+    if status == 401 and not user:
+        return UserError(f"MLflow tracking server {uri} requires a login (HTTP 401): set "
+                         "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD to your account on it "
+                         "(its admin makes one: scripts/server.sh add-user NAME EDIT).")
+    if status == 401:
+        return UserError(f"MLflow tracking server {uri} refused the login of MLFLOW_TRACKING_USERNAME="
+                         f"{user} (HTTP 401): check that name and MLFLOW_TRACKING_PASSWORD (the "
+                         "password scripts/server.sh add-user gave).")
+    return UserError(f"MLflow tracking server {uri}: user {user} may not {action} experiment "
+                     f"{EXPERIMENT} (HTTP 403): ask the server's admin for EDIT (scripts/server.sh "
+                     f"add-user {user} EDIT), or set MLFLOW_TRACKING_USERNAME and "
+                     "MLFLOW_TRACKING_PASSWORD to an account that has it.")
+
+
+def _check_server(uri: str, timeout: float) -> None:
+    """/health says the server process answers; it never asks for a login and answers 200 with
+    the server's database down. One read of the experiment, without MLflow's minutes of
+    retries, checks the login and the backend store too."""
+    from mlflow.utils.credentials import get_default_host_creds
+    from mlflow.utils.rest_utils import http_request
+
+    try:
+        urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout).read()
+    except (urllib.error.URLError, OSError) as err:
+        reason = getattr(err, "reason", err)
+        raise UserError(f"MLflow tracking server {uri} is unreachable ({reason}): "
+                         f"{_fix(uri)}.") from None
+    try:
+        resp = http_request(get_default_host_creds(uri), "/api/2.0/mlflow/experiments/get-by-name", "GET",
+                            max_retries=0, retry_codes=(), timeout=timeout, raise_on_status=False,
+                            params={"experiment_name": EXPERIMENT})
+    except mlflow.exceptions.MlflowException:  # a timeout: mlflow server retries its database for minutes
+        raise UserError(f"MLflow tracking server {uri} answers /health, but no read from its backend "
+                        f"store within {timeout:g} s: {_BACKEND_FIX}.") from None
+    if resp.status_code in (401, 403):
+        raise _denied(uri, resp.status_code, "read")
+    if resp.status_code >= 500:
         try:
-            urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout).read()
-        except (urllib.error.URLError, OSError) as err:
-            reason = getattr(err, "reason", err)
-            raise UserError(f"MLflow tracking server {uri} is unreachable ({reason}): "
-                             f"{_fix(uri)}.") from None
+            detail = resp.json().get("message", "")
+        except ValueError:
+            detail = resp.text
+        detail = (detail.strip().splitlines() or [resp.reason])[0][:300]
+        raise UserError(f"MLflow tracking server {uri} answers, but its backend store fails (HTTP "
+                        f"{resp.status_code}: {detail}): {_BACKEND_FIX}.")
+
+
+def check_store(uri: str, timeout: float = 10.0) -> None:
+    """Fail in one line, before any work, when the tracking store cannot be written.
+    A server is probed first (_check_server): MLflow's own client retries for minutes."""
+    if uri.startswith(("http://", "https://")):
+        _check_server(uri, timeout)
     quiet = logging.getLogger("mlflow.store.db.utils")  # it logs the whole traceback first
     level, quiet.level = quiet.level, logging.CRITICAL
     try:
-        exp_id = use_experiment(uri)  # a read and, on first use, a write
-        MlflowClient(uri).set_experiment_tag(exp_id, "textclf.checked", str(int(time.time())))
+        with _without_retries(timeout):
+            exp_id = use_experiment(uri)  # a read and, on first use, a write
+            MlflowClient(uri).set_experiment_tag(exp_id, "textclf.checked", str(int(time.time())))
     except Exception as err:  # any store failure becomes the one line below
+        status = getattr(err, "get_http_status_code", lambda: None)()
+        if status in (401, 403):
+            raise _denied(uri, status, "write to") from None
         lines = str(getattr(err, "message", "") or err).strip().splitlines() or [type(err).__name__]
         raise UserError(f"MLflow tracking store {uri} cannot be written ({lines[0][:300]}): "
                          f"{_fix(uri)}.") from None
     finally:
         quiet.setLevel(level)
     _check_artifact_root(exp_id)
+
+
+@contextlib.contextmanager
+def _without_retries(timeout: float):
+    """MLflow's client reads these per request: a store that fails the check fails it at once."""
+    names = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": str(int(timeout))}
+    saved = {name: os.environ.get(name) for name in names}
+    os.environ.update(names)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _check_artifact_root(exp_id: str) -> None:
@@ -144,12 +215,22 @@ def sweep_stale_runs(exp_id: str) -> list[str]:
             continue
         if _alive(int(tags[PID_TAG]), tags.get(START_TAG, "")):
             continue
-        client.set_tag(run.info.run_id, "textclf.swept", f"process {tags[PID_TAG]} on {host} was gone")
+        client.set_tag(run.info.run_id, SWEPT_TAG, f"process {tags[PID_TAG]} on {host} was gone")
         client.set_terminated(run.info.run_id, "FAILED")
         log.warning("marked run %s FAILED: it was RUNNING, but its process %s on %s is gone",
                     run.info.run_id, tags[PID_TAG], host)
         swept.append(run.info.run_id)
     return swept
+
+
+def mark_resumed(run_id: str) -> None:
+    """A swept run that training reopens to resume: its sweep is history, not its state, so the
+    swept tag becomes textclf.resumed_after (a FINISHED run must not say its process was gone)."""
+    client = MlflowClient()
+    swept = client.get_run(run_id).data.tags.get(SWEPT_TAG)
+    if swept:
+        client.set_tag(run_id, RESUMED_TAG, swept)
+        client.delete_tag(run_id, SWEPT_TAG)
 
 
 def fail_launched_runs(exp_id: str, launch_id: str) -> None:

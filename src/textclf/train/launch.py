@@ -6,18 +6,37 @@ NCCL on GPUs, gloo on CPUs.
 
 If one worker fails, torchrun stops the others (SIGTERM, then SIGKILL), so no rank is left
 waiting on a collective, and the launcher exits non-zero.
+
+Several machines (train.nodes > 1) meet through torchrun's *static* rendezvous, a TCP store
+on node 0 at train.rdzv_endpoint. Not c10d: c10d ignores --node-rank and numbers the nodes
+by their sorted host names (and pids), so the node that runs the stage under DVC would not
+always be global rank 0, the one rank that tracks and writes. Node 0 is the train stage
+(`dvc repro`); every other node joins with `python -m textclf.train.launch --node-rank K`
+(`join`, below), which trains the same params and data and writes nothing but a temp folder.
 """
 from __future__ import annotations
 
+import argparse
 import logging
 import os
+import shlex
+import shutil
 import subprocess
 import sys
+import tempfile
+import traceback
 import uuid
+from pathlib import Path
 
-from textclf.io import Interrupted, die_with_parent
+import yaml
+
+from textclf.config import load_params
+from textclf.io import Interrupted, UserError, die_with_parent, run_stage, setup_logging
+from textclf.model_source import resolve_model_name
 
 log = logging.getLogger(__name__)
+RDZV_FAILED = 75  # torchrun's exit status when the nodes never met (EX_TEMPFAIL)
+RDZV_ERROR = "TEXTCLF_RDZV_ERROR"  # file where the torchrun wrapper leaves torch's reason
 
 
 def is_worker() -> bool:
@@ -39,21 +58,144 @@ def forbid_tracking() -> None:
 LAUNCH_ID = "TEXTCLF_LAUNCH_ID"  # lets the launcher find the run its rank 0 opened
 
 
-def launch(module: str, argv: list[str], processes: int) -> tuple[int, str]:
-    """`python -m module argv` on `processes` local processes -> (torchrun's exit code,
-    launch id). SIGINT/SIGTERM received here are passed on; the workers checkpoint and stop."""
+def torchrun_args(cfg, node_rank: int = 0) -> list[str]:
+    """torchrun's options for train.processes on each of train.nodes machines."""
+    if cfg.nodes == 1:
+        return ["--standalone", f"--nproc-per-node={cfg.processes}"]
+    return [f"--nnodes={cfg.nodes}", f"--node-rank={node_rank}", f"--nproc-per-node={cfg.processes}",
+            "--rdzv-backend=static", f"--rdzv-endpoint={cfg.rdzv_endpoint}",
+            f"--rdzv-conf=timeout={cfg.rdzv_timeout}", "--max-restarts=0"]
+
+
+def launch(module: str, argv: list[str], cfg, node_rank: int = 0) -> tuple[int, str, str]:
+    """`python -m module argv` on train.processes local processes (of train.nodes machines)
+    -> (torchrun's exit code, launch id, torch's reason when the nodes never met). SIGINT/
+    SIGTERM received here are passed on; the workers checkpoint and stop."""
     launch_id = uuid.uuid4().hex
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-           f"--nproc-per-node={processes}", "-m", module, *argv]
-    log.info("launching %d processes: %s", processes, " ".join(cmd))
-    env = {**os.environ, LAUNCH_ID: launch_id, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS") or
-           str(max(1, (os.cpu_count() or 1) // processes))}  # torchrun would set 1
+    logs = Path(tempfile.mkdtemp(prefix="textclf-torchrun-"))  # torchrun's own, else left in $TMPDIR
+    cmd = [sys.executable, "-c", "from textclf.train.launch import torchrun; torchrun()",
+           *torchrun_args(cfg, node_rank), f"--log-dir={logs}", "-m", module, *argv]
+    where = f" on node {node_rank} of {cfg.nodes}" if cfg.nodes > 1 else ""
+    log.info("launching %d processes%s: %s", cfg.processes, where, shlex.join(cmd))
+    reason_file = logs / "rendezvous.txt"
+    env = {**os.environ, LAUNCH_ID: launch_id, RDZV_ERROR: str(reason_file), "OMP_NUM_THREADS":
+           os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // cfg.processes))}
     # torchrun's agent gets SIGTERM when this launcher dies, and passes it to the workers
     proc = subprocess.Popen(cmd, env=env,
                             preexec_fn=die_with_parent if sys.platform.startswith("linux") else None)
     try:
-        return proc.wait(), launch_id
+        rc = proc.wait()
     except Interrupted as err:
         proc.send_signal(err.signum)
         proc.wait()
         raise
+    finally:
+        reason = reason_file.read_text().strip() if reason_file.is_file() else ""
+        shutil.rmtree(logs, ignore_errors=True)
+    return rc, launch_id, reason
+
+
+def torchrun() -> None:
+    """torchrun itself (argv: its options, then the worker's), except that a rendezvous that
+    fails (a node that never came, a node 0 that never listened) exits RDZV_FAILED with
+    torch's reason in $TEXTCLF_RDZV_ERROR, for the launcher's one line, not a traceback."""
+    from torch.distributed import DistError
+    from torch.distributed.run import main
+
+    try:
+        main(sys.argv[1:])
+    except DistError as err:
+        if not any(f.name == "next_rendezvous" for f in traceback.extract_tb(err.__traceback__)):
+            raise
+        Path(os.environ[RDZV_ERROR]).write_text(str(err).strip().splitlines()[0])
+        sys.exit(RDZV_FAILED)
+
+
+def check_same_inputs(accelerator, key: str, processes: int) -> None:
+    """Every rank must train the same params and data (`key`: their md5), or the ranks'
+    shares of each batch differ and they drift apart or wait forever in a collective."""
+    if accelerator.num_processes == 1:
+        return
+    from accelerate.utils import gather_object
+
+    keys = gather_object([key])
+    nodes = sorted({r // processes for r, k in enumerate(keys) if k != keys[0]})
+    if nodes:
+        raise UserError(f"node(s) {', '.join(map(str, nodes))} train other params or data than node 0: "
+                        "give every node the same checkout, params (the same -S too) and `dvc pull`ed "
+                        "data/processed (compare md5sum data/processed/*.parquet params.yaml).")
+
+
+def stage_inputs(dvc_yaml: str | Path, flags: tuple[str, ...] = ("--tokens", "--splits")) -> dict[str, str]:
+    """The train stage's arguments `flags` that its command in dvc.yaml gives (each path is
+    written once, there)."""
+    words = shlex.split(yaml.safe_load(Path(dvc_yaml).read_text())["stages"]["train"]["cmd"])
+    return {flag: words[words.index(flag) + 1] for flag in flags if flag in words}
+
+
+def check_local_inputs(inputs: dict[str, str], model_name: str) -> None:
+    """What this node must have before it joins: a worker that fails before the process group
+    forms leaves the other nodes waiting for it (gloo's 30-minute default), not failing."""
+    for flag, path in inputs.items():
+        if not Path(path).is_file():
+            raise UserError(f"{path} ({flag}) is missing on this node: `dvc pull` it (node 0 pushed it "
+                            "with `dvc push`), or run `dvc repro split` here, before joining.")
+    resolve_model_name(model_name)  # an installed package without weights fails here
+
+
+def with_overrides(params: str, overrides: list[str], folder: Path) -> str:
+    """params.yaml with DVC-style `-S section.key=value` overrides, written into `folder`."""
+    raw = yaml.safe_load(Path(params).read_text()) or {}
+    for item in overrides:
+        key, eq, value = item.partition("=")
+        *sections, name = key.split(".")
+        if not eq or not sections:
+            raise UserError(f"-S {item!r} must be section.key=value, e.g. -S train.nodes=2.")
+        node = raw
+        for section in sections:
+            node = node.setdefault(section, {})
+        node[name] = yaml.safe_load(value)
+    path = folder / "params.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return str(path)
+
+
+def join(argv: list[str] | None = None) -> None:
+    """Join the train stage that node 0 runs: this node's train.processes workers train
+    with the others; their outputs (curve, checkpoint) go to a temp folder, deleted after."""
+    parser = argparse.ArgumentParser(description=join.__doc__)
+    parser.add_argument("--node-rank", type=int, required=True, help="this node, 1 .. train.nodes-1")
+    parser.add_argument("--params", default="params.yaml")
+    parser.add_argument("-S", "--set-param", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                        help="as `dvc exp run -S` on node 0: give the same ones")
+    parser.add_argument("--dvc-yaml", default="dvc.yaml", help="where the train stage's inputs are named")
+    args = parser.parse_args(argv)
+    setup_logging()
+    folder = Path(tempfile.mkdtemp(prefix="textclf-join-"))
+    try:
+        params = with_overrides(args.params, args.set_param, folder)
+        loaded = load_params(params)
+        cfg = loaded["train"]
+        if not 0 < args.node_rank < cfg.nodes:
+            raise UserError(f"--node-rank {args.node_rank} must be in 1..{cfg.nodes - 1} for train.nodes="
+                            f"{cfg.nodes} (node 0 is the train stage itself; set train.nodes with -S).")
+        named = stage_inputs(args.dvc_yaml)
+        check_local_inputs(named, loaded["model"].name)
+        inputs = [w for flag, path in named.items() for w in (flag, path)]
+        outputs = [w for name in ("model-dir", "curve", "guards", "movement", "run-file", "checkpoint-dir")
+                   for w in (f"--{name}", str(folder / name))]
+        rc, _, reason = launch("stages.train", ["--params", params, *inputs, *outputs], cfg, args.node_rank)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    if reason:
+        raise UserError(f"node {args.node_rank} could not join node 0 at train.rdzv_endpoint="
+                        f"{cfg.rdzv_endpoint} within train.rdzv_timeout={cfg.rdzv_timeout} s ({reason}): "
+                        "start the train stage on node 0 (dvc repro) and check that this node reaches it.")
+    if rc != 0:
+        raise UserError(f"node {args.node_rank} failed (torchrun exit {rc}); the failing rank's error "
+                        "is logged above, and node 0's log has the rest.")
+    log.info("node %d of %d done: node 0 wrote the model and logged the run", args.node_rank, cfg.nodes)
+
+
+if __name__ == "__main__":
+    run_stage(join)

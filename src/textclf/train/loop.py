@@ -206,9 +206,12 @@ class EpochSelector:
 def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train: Split, val: Split,
         cfg: TrainParams, pad_id: int, accelerator: Accelerator,
         on_epoch: Callable[[dict, np.ndarray], None], checkpointer=None,
-        selector: EpochSelector | None = None) -> nn.Module:
+        selector: EpochSelector | None = None,
+        on_saved: Callable[[int], None] | None = None) -> nn.Module:
     """Train `model`; after each epoch call on_epoch(row, validation probabilities) with
-    row = {'epoch', 'train_loss', 'val_accuracy', 'val_macro_f1', 'val_loss'}. A checkpointer
+    row = {'epoch', 'train_loss', 'val_accuracy', 'val_macro_f1', 'val_loss'}, then save the
+    checkpoint, then call on_saved(epoch): what goes to a tracking store goes there, so a
+    store that fails never costs an epoch the checkpoint does not hold. A checkpointer
     (textclf.train.checkpoint) restores a found checkpoint and saves new ones. A selector picks
     the epoch whose weights are returned and may stop early (every rank decides alike: each
     scores the whole validation split)."""
@@ -250,6 +253,8 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train: Split, val: S
             on_epoch(row, probs)
         if checkpointer is not None:
             checkpointer.after_epoch(accelerator, epoch)
+        if accelerator.is_main_process and on_saved is not None:
+            on_saved(epoch)
     model = accelerator.unwrap_model(model)
     selector.restore(model)
     return model

@@ -1,26 +1,172 @@
-"""What a training writes as it goes: guard results (reports/guards.json, MLflow tags) and the
-per-epoch curve (CSV for DVC plots, MLflow metrics) with the collapse guard's verdict."""
+"""What a training writes as it goes: guard results (reports/guards.json, MLflow tags), the
+per-epoch curve (CSV for DVC plots, MLflow metrics) with the collapse guard's verdict, and
+RunLog, which logs them into the run without letting a failing tracking store cost the
+training."""
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import re
+import time
 from pathlib import Path
 
 import mlflow
 import pandas as pd
+from mlflow.entities import Metric, Param, RunTag
+from mlflow.tracking import MlflowClient
 
-from textclf.io import UserError, write_csv, write_json
+from textclf.io import UserError, expected, write_csv, write_json
 from textclf.train import guards
 
 log = logging.getLogger("train")
 CURVE_FIELDS = ["epoch", "train_loss", "val_loss", "val_accuracy", "val_macro_f1", "top_share",
                 "pred_entropy", "collapsed"]
+# MLflow's client retries a dead server for minutes (7 tries, backoff factor 2, 120 s a try).
+# Training's own calls give up within seconds instead and keep what failed for the next
+# flush; a user's own setting of these variables wins.
+QUICK_HTTP = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+              "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
+NOISY = ("mlflow.store.db.utils", "urllib3.connectionpool")  # a traceback, a line per retry
 
 
 class NoTracking:
-    """What ranks other than 0 use instead of mlflow: every call does nothing."""
+    """What ranks other than 0 use instead of a RunLog: every call does nothing."""
 
     def __getattr__(self, name):
         return lambda *args, **kwargs: None
+
+
+@contextlib.contextmanager
+def quick_store_calls():
+    """MLflow calls that fail within seconds when the store is gone, and log no traceback
+    on the way (the caller says what happened, once)."""
+    added = [k for k in QUICK_HTTP if k not in os.environ]
+    os.environ.update({k: QUICK_HTTP[k] for k in added})
+    loggers = [logging.getLogger(name) for name in NOISY]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        for k in added:
+            os.environ.pop(k, None)
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
+
+
+def store_failed(err: BaseException) -> bool:
+    """An error of the tracking store rather than of this code: MLflow and SQLAlchemy errors,
+    and OSErrors (a refused connection, a read-only artifact folder)."""
+    return isinstance(err, Exception) and expected(err) and not isinstance(err, UserError)
+
+
+def store_reason(err: BaseException) -> str:
+    """A store failure's cause in a few words: the database driver's message (SQLAlchemy's own
+    first line may be an autoflush note), an OSError's, the errno text of a refused
+    connection, else the first line."""
+    cause = err
+    for _ in range(10):  # the chain MLflow and SQLAlchemy wrap the driver's error in
+        if getattr(cause, "orig", None) is not None:
+            return str(cause.orig).strip().splitlines()[0]
+        cause = cause.__cause__ or cause.__context__
+        if cause is None:
+            break
+    if isinstance(err, OSError) and err.strerror:
+        return f"{err.strerror}: {err.filename}" if err.filename else err.strerror
+    text = str(getattr(err, "message", "") or err).strip()
+    errno = re.search(r"\[Errno -?\d+\] [^'\")\]]+", text)
+    return errno.group(0).strip() if errno else (text.splitlines() or [type(err).__name__])[0][:300]
+
+
+class RunLog:
+    """Rank 0's MLflow logging into one run, made to outlive the store going away (a server
+    restarted or down, a database gone read-only). Metrics and tags are queued, and flush()
+    sends them; the stage flushes once the checkpoint holding them is saved. When the store
+    fails they stay queued (the checkpoint holds the epochs too), one warning says so, and
+    the next flush tries again. A metric is logged once per (key, step): in a resumed run, and
+    after a failure, the run's history is read first, since an earlier attempt may have logged
+    some of them, and a request that failed may have reached the store."""
+
+    def __init__(self, run_id: str, uri: str, resumed: bool = False):
+        self.run_id, self.uri, self.client = run_id, uri, MlflowClient(uri)
+        self.metrics: dict[tuple[str, int], Metric] = {}
+        self.tags: dict[str, str] = {}
+        self.resumed, self.read_history = resumed, False
+        self.failure: str | None = None  # the store's error, while it fails
+
+    def log_metrics(self, values: dict, step: int = 0) -> None:
+        now = int(time.time() * 1000)  # when measured, not when the store took it
+        self.metrics.update({(k, step): Metric(k, float(v), now, step) for k, v in values.items()})
+
+    def set_tag(self, key: str, value) -> None:
+        self.tags[key] = str(value)
+
+    def set_tags(self, tags: dict) -> None:
+        self.tags.update({k: str(v) for k, v in tags.items()})
+
+    # Sent at once, at the start (check_store has just written to the store) or at the end
+    # (after a flush that worked): a failure there stops the stage.
+    def log_params(self, params: dict) -> None:
+        self.client.log_batch(self.run_id, params=[Param(k, str(v)) for k, v in params.items()])
+
+    def log_dict(self, content: dict, name: str) -> None:
+        self.client.log_dict(self.run_id, content, name)
+
+    def log_artifact(self, path: str) -> None:
+        self.client.log_artifact(self.run_id, path)
+
+    def flush(self) -> bool:
+        """Send what is queued -> whether the store has all of it now."""
+        if not (self.metrics or self.tags):
+            return self.failure is None
+        try:
+            with quick_store_calls():
+                if self.resumed or self.read_history:
+                    self._drop_logged()
+                self.client.log_batch(self.run_id, metrics=list(self.metrics.values()),
+                                      tags=[RunTag(k, v) for k, v in self.tags.items()])
+        except Exception as err:
+            if not self.failed(err):
+                raise
+            return False
+        if self.failure is not None:
+            log.info("MLflow tracking store %s works again: the pending metrics are logged", self.uri)
+        self.metrics, self.tags, self.read_history, self.failure = {}, {}, False, None
+        return True
+
+    def _drop_logged(self) -> None:
+        for key in {key for key, _ in self.metrics}:
+            for logged in self.client.get_metric_history(self.run_id, key):
+                self.metrics.pop((key, logged.step), None)
+
+    def failed(self, err: BaseException, warn: bool = True) -> bool:
+        """Note `err` if it is a store failure (with a warning, once per outage, while the
+        training goes on) -> whether it was."""
+        if not store_failed(err):
+            return False
+        reason, self.read_history = store_reason(err), True
+        if self.failure is None and warn:
+            log.warning("MLflow tracking store %s failed (%s): training goes on; its metrics are kept "
+                        "in the checkpoint and logged once the store works (next epoch, end of "
+                        "training, or a rerun of the stage)", self.uri, reason)
+        self.failure = reason
+        return True
+
+    def close(self, status: str) -> bool:
+        """Flush, then end the run with `status` -> whether the store took both. MLflow's
+        active run is closed in any case: a store that fails keeps the run RUNNING, and the
+        next start of the stage marks it FAILED (sweep_stale_runs) or completes it (resume)."""
+        sent = self.flush()
+        try:
+            with quick_store_calls():
+                mlflow.end_run(status)
+        except Exception as err:
+            if not self.failed(err, warn=False):
+                raise
+            return False
+        return sent
 
 
 class GuardBook:
@@ -32,8 +178,8 @@ class GuardBook:
 
     def record(self, name: str, status: str, message: str, **extra) -> None:
         self.results[name] = {"status": status, "message": message, **extra}
-        if self.tracker is mlflow:  # rank 0 writes for every rank
-            mlflow.set_tag(f"guard.{name}", status)
+        if not isinstance(self.tracker, NoTracking):  # rank 0 writes for every rank
+            self.tracker.set_tag(f"guard.{name}", status)
             write_json(self.path, self.results)
 
     def check(self, name: str, fn, *args):
@@ -46,9 +192,9 @@ class GuardBook:
 
 
 class EpochLogger:
-    """Per-epoch rows to a CSV (DVC plots) and MLflow, plus the collapse detector, whose
+    """Per-epoch rows to a CSV (DVC plots) and the RunLog, plus the collapse detector, whose
     verdict is on the kept epoch (judge). `rows` and `history` from a checkpoint are written
-    to the CSV again but not logged again."""
+    to the CSV again; the stage queues them again and the RunLog logs those the run lacks."""
 
     def __init__(self, path: str, y_val: list[int], labels: list[str], cfg, book: GuardBook,
                  rows: list[dict] | None = None, history: list[dict] | None = None):
@@ -67,7 +213,7 @@ class EpochLogger:
                "collapsed": int(stats["collapsed"])}
         self.rows.append({k: row[k] for k in CURVE_FIELDS})
         self.write()
-        mlflow.log_metrics({k: v for k, v in row.items() if k != "epoch"}, step=row["epoch"])
+        self.book.tracker.log_metrics({k: v for k, v in row.items() if k != "epoch"}, step=row["epoch"])
         if stats["collapsed"]:
             log.warning("epoch %d: %s", row["epoch"], guards.collapse_message(stats))
         self.judge(row["epoch"])  # for now, as if this epoch were kept

@@ -16,19 +16,20 @@ import pandas as pd
 import torch
 from accelerate.utils import set_seed
 
-from textclf.config import flatten, load_params
+from textclf.config import changed_since, flatten, load_params
 from textclf.inference.serving import log_pyfunc
 from textclf.io import UserError, atomic_path, deferred_interrupts, write_csv, write_json
 from textclf.model.batching import Collator, read_token_splits
 from textclf.model.modeling import build_model, encoder_param_names, load_tokenizer, pad_id, save_model
 from textclf.model.policy import apply_policy, describe_groups, find_unused, make_optimizer, param_groups
-from textclf.tracking.runs import (check_store, fail_launched_runs, lineage_tags, log_datasets, process_tags,
-                                   run_exists, run_name, sweep_stale_runs, tracking_uri, use_experiment)
+from textclf.tracking.runs import (check_store, fail_launched_runs, lineage_tags, log_datasets, mark_resumed,
+                                   process_tags, run_exists, run_name, sweep_stale_runs, tracking_uri,
+                                   use_experiment)
 from textclf.train import guards
 from textclf.train.checkpoint import Checkpointer, Progress, training_key
-from textclf.train.launch import forbid_tracking, is_worker, launch, rank
+from textclf.train.launch import RDZV_FAILED, check_same_inputs, forbid_tracking, is_worker, launch, rank
 from textclf.train.loop import EpochSelector, fit, make_accelerator
-from textclf.train.records import EpochLogger, GuardBook, NoTracking
+from textclf.train.records import EpochLogger, GuardBook, NoTracking, RunLog
 
 log = logging.getLogger("train")
 # what train reads, logged to its run and saved in the model's params.json (predict reads
@@ -67,15 +68,27 @@ def checkpoint_key(params: dict, args) -> str:
     """What shapes training: model and train params (not the checkpoint settings), and the
     bytes of the tokens and splits."""
     train = {k: v for k, v in dataclasses.asdict(params["train"]).items()
-             if k not in ("checkpoint_every", "keep_checkpoint")}  # processes stays: RNG files per rank
+             if k not in ("checkpoint_every", "keep_checkpoint", "rdzv_endpoint", "rdzv_timeout")}
+    # processes and nodes stay: RNG files per rank
     return training_key({"model": dataclasses.asdict(params["model"]), "train": train},
                         {"tokens": args.tokens, "splits": args.splits})
+
+
+def check_params_kept(path: str, params: dict) -> None:
+    """Fail (the run FAILED, DVC records nothing) when the params file changed during training."""
+    changed = changed_since(path, params, LOGGED_SECTIONS)
+    if changed:
+        raise UserError(f"{path} changed while train ran ({'; '.join(changed[:4])}): this model was trained "
+                         "with the values read at the start, which DVC would not record. Was `dvc exp run "
+                         "-S` started meanwhile? Once nothing else runs, restore the params you want and "
+                         "run `dvc repro` again.")
 
 
 def open_run(exp_id: str, resume: Progress | None):
     """A new run, or on resume the checkpoint's run, reopened -> (active run, reopened?)."""
     run_id = resume.extra.get("run_id") if resume else None
     if run_id and run_exists(run_id):
+        mark_resumed(run_id)
         return mlflow.start_run(run_id=run_id), True
     if run_id:
         log.warning("the checkpoint's MLflow run %s is not in %s; logging to a new run",
@@ -83,25 +96,33 @@ def open_run(exp_id: str, resume: Progress | None):
     return mlflow.start_run(experiment_id=exp_id, run_name=run_name()), False
 
 
-def train_and_save(args, params, splits, labels, tokenizer, accelerator, ckpt: Checkpointer,
-                   resume: Progress | None, reopened: bool) -> None:
-    cfg, active = params["train"], mlflow.active_run()
-    tracker = mlflow if accelerator.is_main_process else NoTracking()
-    logged = {s: params[s] for s in LOGGED_SECTIONS}
+def start_logging(args, logged: dict, tracker, active, reopened: bool) -> None:
+    """A new run's params and lineage (the data as datasets, dvc.lock as it stands); the
+    process tags, for any run."""
     if not reopened:
         tracker.log_params(flatten(logged))
     tracker.set_tags({**lineage_tags(), **process_tags()})
-    if active is not None and not reopened:  # lineage: the data as datasets, dvc.lock as it stands
+    if active is not None and not reopened:
         log_datasets(active.info.run_id, {"tokens": args.tokens, "splits": args.splits}, "training")
         if Path(args.lock).is_file():
             mlflow.log_artifact(args.lock)
+
+
+def train_and_save(args, params, splits, labels, tokenizer, accelerator, ckpt: Checkpointer,
+                   resume: Progress | None, reopened: bool, tracker) -> None:
+    """Train, write every local output, then upload. `tracker`: rank 0's RunLog (NoTracking
+    on the other ranks), where metrics and tags wait until the store takes them."""
+    cfg, active = params["train"], mlflow.active_run()
+    logged = {s: params[s] for s in LOGGED_SECTIONS}
+    start_logging(args, logged, tracker, active, reopened)
     extra = resume.extra if resume else {}
     book = GuardBook(args.guards, tracker, extra.get("guards"))
     epochs = EpochLogger(args.curve, splits["validation"].labels, labels, cfg, book, extra.get("rows"),
                          extra.get("collapse"))
-    if resume and not reopened:  # a new run: give it the epochs trained before the interruption
-        for row in epochs.rows:
-            tracker.log_metrics({k: v for k, v in row.items() if k != "epoch"}, step=row["epoch"])
+    for row in epochs.rows:  # resumed: the run gets the checkpoint's epochs it lacks (RunLog
+        # reads its history), whether a kill, a full disk or a failing store kept them back
+        tracker.log_metrics({k: v for k, v in row.items() if k != "epoch"}, step=row["epoch"])
+    tracker.flush()  # now: the stale-run sweep finds a killed run by its process tags
     selector = EpochSelector(cfg.select, cfg.patience, cfg.select_metric, extra.get("selector"),
                              ckpt.resumed_tensors())
     ckpt.extra_state = lambda: {"run_id": active and active.info.run_id, "rows": epochs.rows,
@@ -109,35 +130,63 @@ def train_and_save(args, params, splits, labels, tokenizer, accelerator, ckpt: C
                                 "selector": selector.state()}
     ckpt.extra_tensors = lambda: selector.weights if accelerator.is_main_process else None
     model, optimizer, encoder = prepare(params, splits, labels, pad_id(tokenizer), book)
+    tracker.flush()  # the guards' tags
     before = guards.snapshot(model)  # the seeded initial weights, rebuilt the same on resume
     with deferred_interrupts():  # SIGINT/SIGTERM: checkpoint at the next step, then stop
-        model = fit(model, optimizer, splits["train"], splits["validation"], cfg,
-                    pad_id(tokenizer), accelerator, epochs, ckpt, selector)
+        model = fit(model, optimizer, splits["train"], splits["validation"], cfg, pad_id(tokenizer),
+                    accelerator, epochs, ckpt, selector, on_saved=lambda epoch: tracker.flush())
     if not accelerator.is_main_process:
         return
+    # every local output first: a store that fails afterwards costs none of them
     tracker.log_metrics({"kept_epoch": selector.kept_epoch, "epochs_trained": selector.last_epoch})
     epochs.judge(selector.kept_epoch, final=True)  # the guards judge the model that is kept
-    rows = guards.weight_movement(model, before, encoder)
-    write_csv(pd.DataFrame(rows), args.movement)
-    mlflow.log_artifact(args.movement)
+    write_csv(pd.DataFrame(guards.weight_movement(model, before, encoder)), args.movement)
     book.check("weight_movement", guards.movement_check, model, before, encoder, cfg)
     with atomic_path(args.model_dir, folder=True) as tmp:  # a kill mid-save leaves no half model
         save_model(model, tmp, tokenizer, logged)
-    info = log_pyfunc(args.model_dir, example_texts(tokenizer, splits["validation"]))
+    model_uri = upload(args, tracker, example_texts(tokenizer, splits["validation"]))
     write_json(args.run_file, {"run_id": active.info.run_id, "experiment_id": active.info.experiment_id,
                                "tracking_uri": mlflow.get_tracking_uri(),
-                               "model_uri": info.model_uri, "kept_epoch": selector.kept_epoch,
+                               "model_uri": model_uri, "kept_epoch": selector.kept_epoch,
                                "epochs_trained": selector.last_epoch})
 
 
+def upload(args, tracker: RunLog, examples: list[str]) -> str:
+    """The queued metrics and tags, the weight change and the model into the store -> the
+    model's URI. A store that fails stops the stage in one line (store_gone)."""
+    try:
+        if tracker.flush():
+            tracker.log_artifact(args.movement)
+            return log_pyfunc(args.model_dir, examples).model_uri
+    except Exception as err:
+        if not tracker.failed(err, warn=False):
+            raise
+    raise store_gone(args, tracker)
+
+
+def store_gone(args, tracker: RunLog) -> UserError:
+    return UserError(f"training finished and its outputs are written ({args.model_dir}, {args.curve}, "
+                     f"{args.guards}, {args.movement}), but the MLflow tracking store {tracker.uri} "
+                     f"failed ({tracker.failure}): once it works, rerun the stage (dvc repro) to "
+                     f"complete run {tracker.run_id} from the final checkpoint, without training again.")
+
+
 def launch_processes(cfg, argv: list[str]) -> None:
-    """train.processes > 1: rerun this stage under torchrun, then check how it ended."""
+    """train.processes or train.nodes > 1: rerun this stage under torchrun (as node 0), then
+    check how it ended."""
     uri = tracking_uri()
     check_store(uri)  # fail here, once, before starting N processes
-    rc, launch_id = launch("stages.train", argv, cfg.processes)
+    rc, launch_id, reason = launch("stages.train", argv, cfg)
     if rc != 0:
         fail_launched_runs(use_experiment(uri), launch_id)
-        raise UserError(f"training on train.processes={cfg.processes} processes failed (torchrun "
+    if rc == RDZV_FAILED and reason:
+        raise UserError(f"train.nodes={cfg.nodes}: the other nodes did not join at train.rdzv_endpoint="
+                        f"{cfg.rdzv_endpoint} within train.rdzv_timeout={cfg.rdzv_timeout} s ({reason}): "
+                        f"on each node K in 1..{cfg.nodes - 1} run `python -m textclf.train.launch "
+                        "--node-rank K` (README, Team setup), or raise train.rdzv_timeout.")
+    if rc != 0:
+        nodes = f" on each of train.nodes={cfg.nodes}" if cfg.nodes > 1 else ""
+        raise UserError(f"training on train.processes={cfg.processes} processes{nodes} failed (torchrun "
                          f"exit {rc}); the failing rank's error is logged above.")
 
 
@@ -145,7 +194,7 @@ def run(args, argv: list[str]) -> None:
     """The stage, from its parsed arguments; `argv` relaunches it under torchrun."""
     params = load_params(args.params)
     cfg = params["train"]
-    if cfg.processes > 1 and not is_worker():
+    if cfg.processes * cfg.nodes > 1 and not is_worker():
         return launch_processes(cfg, argv)
     main_rank = rank() == 0
     if main_rank:
@@ -159,22 +208,27 @@ def run(args, argv: list[str]) -> None:
     tokenizer = load_tokenizer(params["model"].name)
     ckpt = Checkpointer(args.checkpoint_dir, checkpoint_key(params, args), cfg.checkpoint_every,
                         main=main_rank)
-    resume = ckpt.find()
+    resume = ckpt.find() if cfg.nodes == 1 else None  # the other nodes have no checkpoint to resume
     set_seed(cfg.seed)  # before the head is initialised
     accelerator = make_accelerator(cfg.precision)
+    check_same_inputs(accelerator, ckpt.key, cfg.processes)
     if not main_rank:
-        return train_and_save(args, params, splits, labels, tokenizer, accelerator, ckpt, resume, False)
+        return train_and_save(args, params, splits, labels, tokenizer, accelerator, ckpt, resume, False,
+                              NoTracking())
     active, reopened = open_run(exp_id, resume)
+    tracker = RunLog(active.info.run_id, uri, resumed=resume is not None)
     log.info("MLflow run %s on %s%s", active.info.run_id, accelerator.device,
              " (resumed)" if reopened else "")
     try:
-        train_and_save(args, params, splits, labels, tokenizer, accelerator, ckpt, resume, reopened)
+        train_and_save(args, params, splits, labels, tokenizer, accelerator, ckpt, resume, reopened, tracker)
+        check_params_kept(args.params, params)
     except KeyboardInterrupt:
-        mlflow.end_run("KILLED")
+        tracker.close("KILLED")
         raise
     except BaseException:
-        mlflow.end_run("FAILED")
+        tracker.close("FAILED")
         raise
-    mlflow.end_run()
+    if not tracker.close("FINISHED"):
+        raise store_gone(args, tracker)
     if not cfg.keep_checkpoint:
         ckpt.clear()
