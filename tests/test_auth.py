@@ -23,7 +23,7 @@ from mlflow.tracking import MlflowClient
 from conftest import GIT_ENV, copy_repo, dvc_run, free_port, write_params
 from test_server import NO_POSTGRES, postgres_installed, server_sh
 from textclf.io import UserError
-from textclf.tracking.runs import check_store
+from textclf.tracking.store import check_store
 
 ARTIFACTS = "/api/2.0/mlflow-artifacts/artifacts"
 

@@ -23,7 +23,7 @@ from conftest import GIT_ENV, REPO, copy_repo, dvc, dvc_run, free_port, server, 
 from test_browser import SHOTS, browser, wait_for_text  # noqa: F401  (browser is a fixture)
 from test_serving import invoke
 from textclf.io import UserError
-from textclf.tracking.runs import check_store
+from textclf.tracking.store import check_store
 
 SCRIPT = REPO / "scripts" / "server.sh"
 LABELS = {"business", "entertainment", "politics", "sport", "tech"}

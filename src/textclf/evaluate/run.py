@@ -17,7 +17,8 @@ from textclf.io import UserError, read_json, write_csv, write_json, write_parque
 from textclf.model.batching import read_token_splits
 from textclf.model.modeling import load_classifier, load_tokenizer, pad_id
 from textclf.tracking.registry import register, split_hash, version_tags
-from textclf.tracking.runs import add_to_run, git_commit, training_run
+from textclf.tracking.runs import add_to_run, git_commit
+from textclf.tracking.store import training_run
 
 log = logging.getLogger("evaluate")
 

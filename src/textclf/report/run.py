@@ -13,7 +13,8 @@ from textclf.report import figures
 from textclf.report.document import Figure, Heading, to_html, to_markdown
 from textclf.report.sections import (baseline_section, calibration_section, data_section, headline,
                                      lineage_section, mistakes_section, results_section)
-from textclf.tracking.runs import add_to_run, dataset_sources, lock_hashes, log_datasets, training_run
+from textclf.tracking.runs import add_to_run, dataset_sources, lock_hashes, log_datasets
+from textclf.tracking.store import training_run
 
 log = logging.getLogger("report")
 

@@ -3,7 +3,6 @@ process tags and the sweep of runs whose process is gone, and the tags that tie 
 to its code and data."""
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
@@ -11,15 +10,12 @@ import os
 import socket
 import subprocess
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from pathlib import Path
 
 import mlflow
 from mlflow.tracking import MlflowClient
 
-from textclf.io import UserError, file_md5, proc_stat, read_json
+from textclf.io import file_md5, proc_stat
 
 log = logging.getLogger(__name__)
 EXPERIMENT = os.environ.get("MLFLOW_EXPERIMENT_NAME", "textclf")
@@ -43,121 +39,6 @@ def tracking_uri() -> str:
     """MLFLOW_TRACKING_URI if set, else a SQLite store at <project root>/mlflow.db,
     which `mlflow ui` started in the project root shows with no flags."""
     return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{project_root() / 'mlflow.db'}"
-
-
-def _fix(uri: str) -> str:
-    if uri.startswith(("http://", "https://")):
-        return ("start the server (see README, Team setup) or unset MLFLOW_TRACKING_URI to use "
-                "the project's mlflow.db")
-    return "make the database and its folder writable, or point MLFLOW_TRACKING_URI at a working store"
-
-
-_BACKEND_FIX = ("the server's database is down or unreachable; on the server's machine run "
-                "scripts/server.sh start with the settings it was started with (it starts PostgreSQL "
-                "and restarts mlflow server), or check the database its --backend-store-uri names")
-
-
-def _denied(uri: str, status: int, action: str) -> UserError:
-    """401/403 from an authenticating server -> the one line naming the variable to set."""
-    user = os.environ.get("MLFLOW_TRACKING_USERNAME")
-    if status == 401 and not user:
-        return UserError(f"MLflow tracking server {uri} requires a login (HTTP 401): set "
-                         "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD to your account on it "
-                         "(its admin makes one: scripts/server.sh add-user NAME EDIT).")
-    if status == 401:
-        return UserError(f"MLflow tracking server {uri} refused the login of MLFLOW_TRACKING_USERNAME="
-                         f"{user} (HTTP 401): check that name and MLFLOW_TRACKING_PASSWORD (the "
-                         "password scripts/server.sh add-user gave).")
-    return UserError(f"MLflow tracking server {uri}: user {user} may not {action} experiment "
-                     f"{EXPERIMENT} (HTTP 403): ask the server's admin for EDIT (scripts/server.sh "
-                     f"add-user {user} EDIT), or set MLFLOW_TRACKING_USERNAME and "
-                     "MLFLOW_TRACKING_PASSWORD to an account that has it.")
-
-
-def _check_server(uri: str, timeout: float) -> None:
-    """/health says the server process answers; it never asks for a login and answers 200 with
-    the server's database down. One read of the experiment, without MLflow's minutes of
-    retries, checks the login and the backend store too."""
-    from mlflow.utils.credentials import get_default_host_creds
-    from mlflow.utils.rest_utils import http_request
-
-    try:
-        urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout).read()
-    except (urllib.error.URLError, OSError) as err:
-        reason = getattr(err, "reason", err)
-        raise UserError(f"MLflow tracking server {uri} is unreachable ({reason}): "
-                         f"{_fix(uri)}.") from None
-    try:
-        resp = http_request(get_default_host_creds(uri), "/api/2.0/mlflow/experiments/get-by-name", "GET",
-                            max_retries=0, retry_codes=(), timeout=timeout, raise_on_status=False,
-                            params={"experiment_name": EXPERIMENT})
-    except mlflow.exceptions.MlflowException:  # a timeout: mlflow server retries its database for minutes
-        raise UserError(f"MLflow tracking server {uri} answers /health, but no read from its backend "
-                        f"store within {timeout:g} s: {_BACKEND_FIX}.") from None
-    if resp.status_code in (401, 403):
-        raise _denied(uri, resp.status_code, "read")
-    if resp.status_code >= 500:
-        try:
-            detail = resp.json().get("message", "")
-        except ValueError:
-            detail = resp.text
-        detail = (detail.strip().splitlines() or [resp.reason])[0][:300]
-        raise UserError(f"MLflow tracking server {uri} answers, but its backend store fails (HTTP "
-                        f"{resp.status_code}: {detail}): {_BACKEND_FIX}.")
-
-
-def check_store(uri: str, timeout: float = 10.0) -> None:
-    """Fail in one line, before any work, when the tracking store cannot be written.
-    A server is probed first (_check_server): MLflow's own client retries for minutes."""
-    if uri.startswith(("http://", "https://")):
-        _check_server(uri, timeout)
-    quiet = logging.getLogger("mlflow.store.db.utils")  # it logs the whole traceback first
-    level, quiet.level = quiet.level, logging.CRITICAL
-    try:
-        with _without_retries(timeout):
-            exp_id = use_experiment(uri)  # a read and, on first use, a write
-            MlflowClient(uri).set_experiment_tag(exp_id, "textclf.checked", str(int(time.time())))
-    except Exception as err:  # any store failure becomes the one line below
-        status = getattr(err, "get_http_status_code", lambda: None)()
-        if status in (401, 403):
-            raise _denied(uri, status, "write to") from None
-        lines = str(getattr(err, "message", "") or err).strip().splitlines() or [type(err).__name__]
-        raise UserError(f"MLflow tracking store {uri} cannot be written ({lines[0][:300]}): "
-                         f"{_fix(uri)}.") from None
-    finally:
-        quiet.setLevel(level)
-    _check_artifact_root(exp_id)
-
-
-@contextlib.contextmanager
-def _without_retries(timeout: float):
-    """MLflow's client reads these per request: a store that fails the check fails it at once."""
-    names = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": str(int(timeout))}
-    saved = {name: os.environ.get(name) for name in names}
-    os.environ.update(names)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-
-
-def _check_artifact_root(exp_id: str) -> None:
-    location = mlflow.get_experiment(exp_id).artifact_location
-    if not location.startswith("file:"):
-        return  # served by the tracking server (--artifacts-destination) or a cloud store
-    folder = Path(urllib.request.url2pathname(urllib.parse.urlparse(location).path))
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        probe = folder / f".write-check-{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as err:
-        raise UserError(f"MLflow artifact folder {folder} is not writable ({err.strerror or err}): "
-                         "make it a writable folder.") from None
 
 
 def use_experiment(uri: str | None = None) -> str:
@@ -248,22 +129,6 @@ def run_exists(run_id: str, uri: str | None = None) -> bool:
         return MlflowClient(uri).get_run(run_id).info.lifecycle_stage == "active"
     except mlflow.exceptions.MlflowException:
         return False
-
-
-def training_run(run_file: str | Path) -> dict:
-    """The training run that run_file names, in this machine's store (tracking_uri(): the
-    MLFLOW_TRACKING_URI, else the project's mlflow.db), never the store the file recorded:
-    the file travels through the DVC remote, and on a teammate's machine its URI names
-    someone else's database. Checks the store first, then that the run is in it."""
-    run = read_json(run_file)
-    uri = tracking_uri()
-    check_store(uri)
-    if not run_exists(run["run_id"], uri):
-        raise UserError(f"the training run {run['run_id']} ({run_file}) is not in the tracking store "
-                         f"{uri}; it was logged to {run['tracking_uri']}. Point MLFLOW_TRACKING_URI at "
-                         "that store (or the team's server that holds it), or retrain here: "
-                         "dvc repro -f train.")
-    return {**run, "tracking_uri": uri}
 
 
 def add_to_run(run: dict, metrics: dict | None = None, tags: dict | None = None,

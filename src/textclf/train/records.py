@@ -4,9 +4,7 @@ RunLog, which logs them into the run without letting a failing tracking store co
 training."""
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
 import re
 import time
 from pathlib import Path
@@ -17,6 +15,7 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
 from textclf.io import UserError, expected, write_csv, write_json
+from textclf.tracking.store import store_calls
 from textclf.train import guards
 
 log = logging.getLogger("train")
@@ -27,7 +26,6 @@ CURVE_FIELDS = ["epoch", "train_loss", "val_loss", "val_accuracy", "val_macro_f1
 # flush; a user's own setting of these variables wins.
 QUICK_HTTP = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
               "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
-NOISY = ("mlflow.store.db.utils", "urllib3.connectionpool")  # a traceback, a line per retry
 
 
 class NoTracking:
@@ -37,23 +35,9 @@ class NoTracking:
         return lambda *args, **kwargs: None
 
 
-@contextlib.contextmanager
 def quick_store_calls():
-    """MLflow calls that fail within seconds when the store is gone, and log no traceback
-    on the way (the caller says what happened, once)."""
-    added = [k for k in QUICK_HTTP if k not in os.environ]
-    os.environ.update({k: QUICK_HTTP[k] for k in added})
-    loggers = [logging.getLogger(name) for name in NOISY]
-    levels = [logger.level for logger in loggers]
-    for logger in loggers:
-        logger.setLevel(logging.CRITICAL)
-    try:
-        yield
-    finally:
-        for k in added:
-            os.environ.pop(k, None)
-        for logger, level in zip(loggers, levels):
-            logger.setLevel(level)
+    """MLflow calls that fail within seconds when the store is gone, quietly."""
+    return store_calls(QUICK_HTTP)
 
 
 def store_failed(err: BaseException) -> bool:

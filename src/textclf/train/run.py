@@ -22,9 +22,9 @@ from textclf.io import UserError, atomic_path, deferred_interrupts, write_csv, w
 from textclf.model.batching import Collator, read_token_splits
 from textclf.model.modeling import build_model, encoder_param_names, load_tokenizer, pad_id, save_model
 from textclf.model.policy import apply_policy, describe_groups, find_unused, make_optimizer, param_groups
-from textclf.tracking.runs import (check_store, fail_launched_runs, lineage_tags, log_datasets, mark_resumed,
-                                   process_tags, run_exists, run_name, sweep_stale_runs, tracking_uri,
-                                   use_experiment)
+from textclf.tracking.runs import (fail_launched_runs, lineage_tags, log_datasets, mark_resumed, process_tags,
+                                   run_exists, run_name, sweep_stale_runs, tracking_uri, use_experiment)
+from textclf.tracking.store import check_store
 from textclf.train import guards
 from textclf.train.checkpoint import Checkpointer, Progress, training_key
 from textclf.train.launch import RDZV_FAILED, check_same_inputs, forbid_tracking, is_worker, launch, rank
