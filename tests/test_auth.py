@@ -5,7 +5,6 @@ MLflow's basic-auth app on the same PostgreSQL, users made by `server.sh add-use
 import base64
 import json
 import os
-import shutil
 import subprocess
 import tempfile
 import time
@@ -20,8 +19,8 @@ from mlflow.exceptions import MlflowException
 from mlflow.server.auth.client import AuthServiceClient
 from mlflow.tracking import MlflowClient
 
-from conftest import GIT_ENV, copy_repo, dvc_run, free_port, write_params
-from test_server import NO_POSTGRES, postgres_installed, server_sh
+from conftest import GIT_ENV, copy_repo, dvc_run, write_params
+from test_server import server_sh, team_server
 from textclf.io import UserError
 from textclf.tracking.store import check_store
 
@@ -55,30 +54,17 @@ def as_user(monkeypatch):
     return switch
 
 
+# The server's start (PostgreSQL, two databases, two accounts) takes 45 s of the default tier's
+# 10 minutes: every test that needs it runs in the slow tier (make test-all, CI).
+
 @pytest.fixture(scope="module")
 def auth_server():
     """A server with basic auth; alice has EDIT, bob READ on the experiment and the model."""
-    if not postgres_installed():
-        pytest.skip(NO_POSTGRES)
-    state = Path(tempfile.mkdtemp(prefix="textclf-auth-"))
-    state.chmod(0o755)  # not under pytest's tmp folder: it is closed (0700) to the postgres user
-    ports = set()
-    while len(ports) < 2:
-        ports.add(free_port())
-    mlflow_port, pg_port = sorted(ports)
-    env = {"TEXTCLF_STATE": str(state), "TEXTCLF_MLFLOW_PORT": str(mlflow_port),
-           "TEXTCLF_PG_PORT": str(pg_port), "TEXTCLF_AUTH": "basic"}
-    started = server_sh(env, "start")
-    try:
-        assert started.returncode == 0, started.stdout + started.stderr
+    with team_server("textclf-auth-", TEXTCLF_AUTH="basic") as server:
         for user, permission in (("alice", "EDIT"), ("bob", "READ")):
-            added = server_sh(env, "add-user", user, permission)
+            added = server_sh(server.env, "add-user", user, permission)
             assert added.returncode == 0 and not added.stderr, added.stdout + added.stderr
-        yield AuthServer(f"http://127.0.0.1:{mlflow_port}", env, state)
-    finally:
-        stopped = server_sh(env, "stop")
-        shutil.rmtree(state, ignore_errors=True)
-    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+        yield AuthServer(server.url, server.env, server.state)
 
 
 def request(url: str, user: str | None = None, password: str = "", method: str = "GET",
@@ -125,6 +111,7 @@ def test_the_script_refuses_a_non_loopback_bind_without_auth(tmp_path):
         assert not (tmp_path / "state").exists()  # refused before anything was created
 
 
+@pytest.mark.slow
 def test_unauthenticated_requests_get_401(auth_server):
     search = f"{auth_server.url}/api/2.0/mlflow/experiments/search?max_results=5"
     assert request(search) == 401
@@ -139,6 +126,7 @@ def test_unauthenticated_requests_get_401(auth_server):
     assert request(f"{auth_server.url}/{ARTIFACTS}?path=1") == 401
 
 
+@pytest.mark.slow
 def test_secrets_are_random_and_in_files_only_their_owner_reads(auth_server, as_user):
     for name in ("admin.password", "flask.secret", "basic_auth.ini", "users/alice.password"):
         assert (auth_server.state / name).stat().st_mode & 0o777 == 0o600, name
@@ -154,6 +142,7 @@ def test_secrets_are_random_and_in_files_only_their_owner_reads(auth_server, as_
     assert auth_server.env["TEXTCLF_PG_PORT"] in ini
 
 
+@pytest.mark.slow
 def test_the_security_middleware_allows_only_the_bound_names(auth_server):
     search = f"{auth_server.url}/api/2.0/mlflow/experiments/search?max_results=5"
     port, password = auth_server.env["TEXTCLF_MLFLOW_PORT"], auth_server.password("alice")
@@ -163,6 +152,7 @@ def test_the_security_middleware_allows_only_the_bound_names(auth_server):
         assert request(search, "alice", password, headers={"Host": host}) == 403, host
 
 
+@pytest.mark.slow
 def test_a_changed_auth_is_refused_while_the_server_runs(auth_server):
     proc = server_sh({**auth_server.env, "TEXTCLF_AUTH": "none"}, "start")
     assert proc.returncode == 1
@@ -170,6 +160,7 @@ def test_a_changed_auth_is_refused_while_the_server_runs(auth_server):
                                    "'127.0.0.1 none': run 'scripts/server.sh stop' first to change them")
 
 
+@pytest.mark.slow
 def test_a_read_user_cannot_create_a_run_or_move_an_alias(auth_server, as_user):
     admin = as_user(auth_server, "admin")
     exp_id = admin.get_experiment_by_name("textclf").experiment_id
@@ -196,6 +187,7 @@ def test_a_read_user_cannot_create_a_run_or_move_an_alias(auth_server, as_user):
     assert alice.get_model_version_by_alias("textclf", "champion").version == other.version
 
 
+@pytest.mark.slow
 def test_an_account_without_a_grant_sees_no_artifacts(auth_server, as_user):
     """default_permission NO_PERMISSIONS: an account add-user never granted reads nothing,
     artifacts included (MLflow 3.17.2 authorises the proxied artifact routes per experiment)."""
@@ -212,6 +204,7 @@ def test_an_account_without_a_grant_sees_no_artifacts(auth_server, as_user):
     assert request(f"{auth_server.url}{ARTIFACTS}/{path}", "bob", auth_server.password("bob")) == 200
 
 
+@pytest.mark.slow
 def test_check_store_names_the_variable_to_set(auth_server, as_user):
     as_user(auth_server, None)
     message = one_line_error(lambda: check_store(auth_server.url))
@@ -230,6 +223,7 @@ def test_check_store_names_the_variable_to_set(auth_server, as_user):
     check_store(auth_server.url)
 
 
+@pytest.mark.slow
 def test_add_user_again_changes_the_permission_and_keeps_the_password(auth_server, as_user):
     before = auth_server.password("bob")
     again = server_sh(auth_server.env, "add-user", "carol", "READ")

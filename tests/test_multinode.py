@@ -129,6 +129,7 @@ def logged_at(line: str) -> float:
     return datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
 
 
+@pytest.mark.slow
 def test_a_node_that_never_joins_times_out_in_one_line(tmp_path, prepared_tiny, monkeypatch):
     """Node 0 alone with train.nodes=2 and a 5 s rendezvous timeout: exit 1 soon after, one
     line naming the endpoint, the timeout and the join command, no traceback, no run left

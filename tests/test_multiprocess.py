@@ -96,6 +96,7 @@ def test_two_processes_train_like_one(tmp_path, prepared_tiny, tiny_no_dropout, 
     one_against_two(tmp_path, batch_size=6)
 
 
+@pytest.mark.slow
 def test_two_processes_train_like_one_with_a_short_last_batch(tmp_path, prepared_tiny, tiny_no_dropout,
                                                               monkeypatch):
     """60 training documents in global batches of 8: 7 full batches and one of 4 (2 per process)."""
@@ -116,6 +117,7 @@ def rank_pid(cwd, rank: int) -> int | None:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds ranks through /proc")
+@pytest.mark.slow
 def test_a_killed_rank_stops_every_rank_and_fails_the_run(tmp_path, prepared_tiny, monkeypatch):
     """SIGKILL to rank 1 mid-training: torchrun stops rank 0, the stage exits 1 in one line and
     the run rank 0 opened ends FAILED; no worker is left behind."""

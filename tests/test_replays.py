@@ -46,6 +46,7 @@ def collapse_after_one_epoch(bbc, cfg: TrainParams) -> dict:
     return guards.collapse_check(probs.argmax(1), np.array(val.labels), labels, cfg.collapse_share)
 
 
+@pytest.mark.slow
 def test_seed_settings_warn_and_collapse(bbc):
     assert guards.lr_sanity(SEED_SETTINGS.encoder, SEED_SETTINGS.lr_encoder)[0] == "warn"
     stats = collapse_after_one_epoch(bbc, SEED_SETTINGS)

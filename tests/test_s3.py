@@ -3,7 +3,6 @@ S3-compatible store, here moto's S3 server on a free loopback port (tests/moto_s
 and MLflow's own suites do. Real DVC, real PostgreSQL + `mlflow server` (scripts/server.sh)."""
 import json
 import shutil
-import tempfile
 from pathlib import Path
 
 import mlflow
@@ -16,7 +15,7 @@ from conftest import dvc, free_port, git, run_baseline, run_evaluate, run_train
 from moto_s3 import moto_server, offline_aws, without_aws
 from stages import report
 from test_remote import STAGES, UP_TO_DATE, ran, uncached
-from test_server import LABELS, NO_POSTGRES, Team, postgres_installed, server_sh
+from test_server import LABELS, NO_POSTGRES, postgres_installed, server_sh, team_server
 
 BUCKET = "textclf"
 
@@ -109,26 +108,9 @@ def test_the_script_checks_the_bucket_before_creating_anything(s3, tmp_path, buc
 def team_s3(s3):
     """scripts/server.sh with TEXTCLF_ARTIFACTS=s3://textclf/mlflow; only the server gets the
     endpoint and the credentials."""
-    if not postgres_installed():
-        pytest.skip(NO_POSTGRES)
-    # Not under pytest's tmp folder: it is closed (0700) to the postgres user the script runs as.
-    state = Path(tempfile.mkdtemp(prefix="textclf-s3-"))
-    state.chmod(0o755)
-    ports = set()
-    while len(ports) < 2:
-        ports.add(free_port())
-    mlflow_port, pg_port = sorted(ports)
-    env = {"TEXTCLF_STATE": str(state), "TEXTCLF_MLFLOW_PORT": str(mlflow_port),
-           "TEXTCLF_PG_PORT": str(pg_port), "TEXTCLF_ARTIFACTS": f"s3://{BUCKET}/mlflow",
-           "MLFLOW_S3_ENDPOINT_URL": s3.endpoint, **s3.env}
-    started = server_sh(env, "start")
-    try:
-        assert started.returncode == 0, started.stdout + started.stderr
-        yield Team(f"http://127.0.0.1:{mlflow_port}", env, state)
-    finally:
-        stopped = server_sh(env, "stop")
-        shutil.rmtree(state, ignore_errors=True)
-    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    with team_server("textclf-s3-", TEXTCLF_ARTIFACTS=f"s3://{BUCKET}/mlflow",
+                     MLFLOW_S3_ENDPOINT_URL=s3.endpoint, **s3.env) as server:
+        yield server
 
 
 def run_report(p: list[str]) -> None:

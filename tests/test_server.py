@@ -2,6 +2,7 @@
 artifacts), used as a teammate would: real PostgreSQL, real mlflow server, real `dvc repro`
 and `dvc queue`. One server for the module; the tests share one repo copy reproduced on it."""
 import glob
+import contextlib
 import json
 import os
 import re
@@ -47,19 +48,21 @@ class Team:
     state: Path
 
 
-@pytest.fixture(scope="module")
-def team():
+@contextlib.contextmanager
+def team_server(prefix: str, **settings: str):
+    """scripts/server.sh started with a state folder and free ports of its own, plus `settings`
+    (its environment variables), and stopped afterwards -> Team."""
     if not postgres_installed():
         pytest.skip(NO_POSTGRES)
     # Not under pytest's tmp folder: it is closed (0700) to the postgres user the script runs as.
-    state = Path(tempfile.mkdtemp(prefix="textclf-server-"))
+    state = Path(tempfile.mkdtemp(prefix=prefix))
     state.chmod(0o755)
     ports = set()
     while len(ports) < 2:
         ports.add(free_port())
     mlflow_port, pg_port = sorted(ports)
     env = {"TEXTCLF_STATE": str(state), "TEXTCLF_MLFLOW_PORT": str(mlflow_port),
-           "TEXTCLF_PG_PORT": str(pg_port)}
+           "TEXTCLF_PG_PORT": str(pg_port), **settings}
     started = server_sh(env, "start")
     try:
         assert started.returncode == 0, started.stdout + started.stderr
@@ -68,6 +71,12 @@ def team():
         stopped = server_sh(env, "stop")
         shutil.rmtree(state, ignore_errors=True)
     assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+
+
+@pytest.fixture(scope="module")
+def team():
+    with team_server("textclf-server-") as server:
+        yield server
 
 
 @pytest.fixture(scope="module")

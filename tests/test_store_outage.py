@@ -199,6 +199,7 @@ def test_sqlite_store_read_only_from_epoch_1_then_rerun_completes_the_run(prepar
     assert run_id in error
 
 
+@pytest.mark.slow
 def test_artifact_store_failing_after_training_leaves_every_local_output(prepared, read_only, caplog):
     """Issue 24 item 5: the artifact folder turns read-only after the last checkpoint. The
     weight-change upload used to fail before the model folder was written; now the model
