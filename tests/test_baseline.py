@@ -11,6 +11,7 @@ from textclf.evaluate.baseline import fit_and_score
 from conftest import BBC, run_baseline
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not BBC.is_dir(), reason=f"BBC corpus not found at {BBC}")
 def test_tfidf_baseline_on_bbc_is_strong():
     """The bar a fine-tune must clear: TF-IDF + logistic regression on real BBC text."""

@@ -87,6 +87,7 @@ def test_a_teammate_pulls_through_s3_and_nothing_runs_again(reproduced, s3, tmp_
     assert git(clone, "status", "--porcelain") == ""  # config.local holds the keys, git-ignored
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("bucket, endpoint", [("missing", None), (BUCKET, "http://127.0.0.1:{closed}")])
 def test_the_script_checks_the_bucket_before_creating_anything(s3, tmp_path, bucket, endpoint):
     """A bucket that does not exist, or an endpoint where nothing listens: one line naming the
