@@ -11,7 +11,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from stages import train  # noqa: E402
 from textclf.io import run_stage  # noqa: E402
-from textclf.train.checkpoint import Checkpointer  # noqa: E402
+from signalled_train import at  # noqa: E402  (tests/ is sys.path[0] for a script in it)
 
 WAIT_S = 300  # a test that never answers must not leave the stage waiting for ever
 
@@ -25,26 +25,10 @@ def pause(folder: Path, epoch: int, step: int) -> None:
         time.sleep(0.05)
 
 
-def hook(folder: Path, points: set[tuple[int, int]]) -> None:
-    after_step, after_epoch = Checkpointer.after_step, Checkpointer.after_epoch
-
-    def on_step(self, accelerator, epoch, step, loss_sum):
-        if (epoch, step) in points:
-            pause(folder, epoch, step)
-        after_step(self, accelerator, epoch, step, loss_sum)
-
-    def on_epoch(self, accelerator, epoch):
-        after_epoch(self, accelerator, epoch)
-        if (epoch, 0) in points:
-            pause(folder, epoch, 0)
-
-    Checkpointer.after_step, Checkpointer.after_epoch = on_step, on_epoch
-
-
 if __name__ == "__main__":
     folder, *rest = sys.argv[1:]
     points, args = rest[:rest.index("--")], rest[rest.index("--") + 1:]
     Path(folder).mkdir(parents=True, exist_ok=True)
-    hook(Path(folder), {tuple(int(n) for n in p.split(":")) for p in points})
+    at({tuple(int(n) for n in p.split(":")) for p in points}, lambda e, s: pause(Path(folder), e, s))
     sys.argv = [sys.argv[0], *args]
     run_stage(train.main)

@@ -14,20 +14,27 @@ from textclf.train.checkpoint import Checkpointer  # noqa: E402
 from textclf.io import run_stage  # noqa: E402
 
 
-def aim(sig: signal.Signals, epoch: int, step: int) -> None:
+def at(points: set[tuple[int, int]], action) -> None:
+    """Call action(epoch, step) at each point (epoch, step) of the training: step 0 right after
+    the epoch's checkpoint is saved, step > 0 right after that optimizer step, before the
+    stage's own after-step checkpoint logic runs. (tests/paused_train.py uses it too.)"""
     after_step, after_epoch = Checkpointer.after_step, Checkpointer.after_epoch
 
     def on_step(self, accelerator, e, s, loss_sum):
-        if step and (e, s) == (epoch, step):
-            os.kill(os.getpid(), sig)
+        if s and (e, s) in points:
+            action(e, s)
         after_step(self, accelerator, e, s, loss_sum)
 
     def on_epoch(self, accelerator, e):
         after_epoch(self, accelerator, e)
-        if not step and e == epoch:
-            os.kill(os.getpid(), sig)
+        if (e, 0) in points:
+            action(e, 0)
 
     Checkpointer.after_step, Checkpointer.after_epoch = on_step, on_epoch
+
+
+def aim(sig: signal.Signals, epoch: int, step: int) -> None:
+    at({(epoch, step)}, lambda e, s: os.kill(os.getpid(), sig))
 
 
 if __name__ == "__main__":

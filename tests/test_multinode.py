@@ -12,17 +12,15 @@ import sys
 import uuid
 from datetime import datetime
 
-import pandas as pd
 import pytest
 import yaml
 from mlflow.tracking import MlflowClient
-from safetensors.torch import load_file
 
 from textclf.config import parse_section
 from textclf.io import UserError
 
 from conftest import REPO, copy_prepared, free_port, save_tiny_random_bert, write_params
-from test_multiprocess import scheduler_steps, sixty_in_training, train
+from test_multiprocess import assert_trained_alike, sixty_in_training, train
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="gloo on lo, /proc")
 STAGE_ARGS = ["--tokens", "t.parquet", "--splits", "sp.parquet"]
@@ -88,16 +86,7 @@ def test_two_nodes_train_like_one_process(tmp_path, prepared_tiny, tiny_no_dropo
     assert joiner.wait(timeout=120) == 0, (tmp_path / "node1.log").read_text()[-3000:]
     assert two.returncode == 0, two.stderr[-3000:]
     assert "launching 1 processes on node 0 of 2" in two.stderr
-    assert scheduler_steps(tmp_path, "two") == scheduler_steps(tmp_path, "one")
-
-    curves = pd.read_csv(tmp_path / "one" / "curve.csv"), pd.read_csv(tmp_path / "two" / "curve.csv")
-    for column in ("val_accuracy", "val_macro_f1", "top_share"):
-        assert curves[0][column].tolist() == curves[1][column].tolist(), column
-    assert curves[0]["train_loss"].tolist() == pytest.approx(curves[1]["train_loss"].tolist(), rel=1e-4)
-    a, b = load_file(tmp_path / "one/model/model.safetensors"), load_file(tmp_path / "two/model/model.safetensors")
-    worst = max(float((a[k] - b[k]).abs().max()) for k in a)
-    mean = sum(float((a[k] - b[k]).abs().sum()) for k in a) / sum(a[k].numel() for k in a)
-    assert worst < 3e-4 and mean < 1e-7, (worst, mean)  # the bounds test_multiprocess explains
+    assert_trained_alike(tmp_path)
 
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     runs = client.search_runs([client.get_experiment_by_name("textclf").experiment_id])

@@ -47,17 +47,10 @@ def scheduler_steps(tmp, name: str) -> int:
     return torch.load(ckpt / latest / "scheduler.bin", weights_only=True)["last_epoch"]
 
 
-def one_against_two(tmp, batch_size: int) -> None:
-    """Train with 1 and with 2 processes (dropout 0): same steps, same validation metrics,
-    weights within rounding, one run each, rank 1 logged nothing."""
-    write_params(tmp / "params.yaml", train={"epochs": 2, "batch_size": batch_size, "lr_encoder": 1e-4,
-                                             "lr_head": 1e-4, "keep_checkpoint": True})
-    one, two = train(tmp, "one", 1), train(tmp, "two", 2)
-    assert one.returncode == 0, one.stderr[-3000:]
-    assert two.returncode == 0, two.stderr[-3000:]
-    assert "launching 2 processes" in two.stderr
+def assert_trained_alike(tmp) -> None:
+    """The trainings in tmp/one and tmp/two took the same steps to the same validation metrics,
+    with weights within rounding."""
     assert scheduler_steps(tmp, "two") == scheduler_steps(tmp, "one")
-
     curves = pd.read_csv(tmp / "one" / "curve.csv"), pd.read_csv(tmp / "two" / "curve.csv")
     for column in ("val_accuracy", "val_macro_f1", "top_share"):
         assert curves[0][column].tolist() == curves[1][column].tolist(), column
@@ -70,6 +63,18 @@ def one_against_two(tmp, batch_size: int) -> None:
     # near-zero gradient. Measured (2026-12-01): worst 0.7e-4 (2 threads) to 1.04e-4 (1 thread),
     # mean 1.1e-9. Bounds: a few steps of lr = 1e-4 at worst, and a mean 100x the measured one.
     assert worst < 3e-4 and mean < 1e-7, (worst, mean)
+
+
+def one_against_two(tmp, batch_size: int) -> None:
+    """Train with 1 and with 2 processes (dropout 0): same steps, same validation metrics,
+    weights within rounding, one run each, rank 1 logged nothing."""
+    write_params(tmp / "params.yaml", train={"epochs": 2, "batch_size": batch_size, "lr_encoder": 1e-4,
+                                             "lr_head": 1e-4, "keep_checkpoint": True})
+    one, two = train(tmp, "one", 1), train(tmp, "two", 2)
+    assert one.returncode == 0, one.stderr[-3000:]
+    assert two.returncode == 0, two.stderr[-3000:]
+    assert "launching 2 processes" in two.stderr
+    assert_trained_alike(tmp)
 
     client = MlflowClient(f"sqlite:///{tmp / 'mlflow.db'}")
     runs = client.search_runs([client.get_experiment_by_name("textclf").experiment_id])

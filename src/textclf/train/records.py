@@ -35,11 +35,6 @@ class NoTracking:
         return lambda *args, **kwargs: None
 
 
-def quick_store_calls():
-    """MLflow calls that fail within seconds when the store is gone, quietly."""
-    return store_calls(QUICK_HTTP)
-
-
 def store_failed(err: BaseException) -> bool:
     """An error of the tracking store rather than of this code: MLflow and SQLAlchemy errors,
     and OSErrors (a refused connection, a read-only artifact folder)."""
@@ -106,7 +101,7 @@ class RunLog:
         if not (self.metrics or self.tags):
             return self.failure is None
         try:
-            with quick_store_calls():
+            with store_calls(QUICK_HTTP):
                 if self.resumed or self.read_history:
                     self._drop_logged()
                 self.client.log_batch(self.run_id, metrics=list(self.metrics.values()),
@@ -144,7 +139,7 @@ class RunLog:
         next start of the stage marks it FAILED (sweep_stale_runs) or completes it (resume)."""
         sent = self.flush()
         try:
-            with quick_store_calls():
+            with store_calls(QUICK_HTTP):
                 mlflow.end_run(status)
         except Exception as err:
             if not self.failed(err, warn=False):
