@@ -21,6 +21,7 @@ if str(REPO) not in sys.path:  # `stages` is not an installed package
 
 from stages import ingest  # noqa: E402
 from textclf.data.corpus import COLUMNS, build_corpus  # noqa: E402
+from textclf.data.sources import open_source  # noqa: E402
 
 BBC = REPO / ".." / "shared" / "data" / "bbc"
 MAX = 10_000
@@ -373,6 +374,21 @@ def test_folder_and_zip_of_same_corpus_give_same_table(tmp_path):
     from_zip, _ = build(_zip_folder(folder, tmp_path / "corpus.zip"))
     assert "alpha/1.txt" in set(from_folder.source_path)  # the first copy by path is kept
     pd.testing.assert_frame_equal(from_folder, from_zip)
+
+
+def test_class_names_that_prefix_each_other_keep_the_spill_in_corpus_order(tmp_path):
+    """`pos`, `pos-strong`, `pos.x`: a corpus is written in path order ("pos-strong/…" before
+    "pos/…"), so the entries must come in that order too; then the spill holds the texts in
+    corpus order and is read back one batch at a time (Ledger.write takes nothing else)."""
+    folder = make_corpus(tmp_path / "c", {"pos": ["good film", "fine acting"], "pos.x": ["odd name",
+                                          "odd again"], "pos-strong": ["superb film", "a masterpiece"]})
+    archive = _zip_folder(folder, tmp_path / "c.zip", {"pos/./9.txt": b"a path with a dot folder"})
+    for source in (folder, archive):
+        with open_source(source) as entries:
+            paths = ["/".join(e.parts) for e in entries]
+        assert paths == sorted(paths), source
+        frame, _ = build(source)
+        assert frame.source_path.tolist() == sorted(frame.source_path), source
 
 
 def test_archive_repeated_member_names_keep_doc_ids_unique(tmp_path):

@@ -219,9 +219,7 @@ def write_corpus(source: Path | str, out: Path | str, max_bytes: int, min_per_cl
         else:
             class_folders = _folder_docs(Path(source), max_bytes, report, skipped, ledger)
         ledger.close()
-        order = ledger.dedupe(skipped, report)
-        if not tables:
-            order = np.array(sorted(order.tolist(), key=ledger.paths.__getitem__), dtype=np.int64)
+        order = ledger.dedupe(skipped, report)  # a folder's entries came sorted by path
         order, group_of = _group_near_duplicates(ledger, order, nd, skipped, report)
         per_class = Counter(ledger.labels[i] for i in order.tolist())
         report.update(kept=len(order), skipped=dict(sorted(skipped.items())),

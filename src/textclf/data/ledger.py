@@ -108,22 +108,18 @@ class Ledger:
                 lo = hi
 
     def _text_batches(self, order: np.ndarray) -> Iterator[pa.Array]:
-        """The texts at `order`, SPILL_ROWS at a time: streamed when `order` ascends (tables),
-        else gathered from the whole spill (a folder's files, sorted by path)."""
-        if len(order) < 2 or (np.diff(order) > 0).all():
-            texts: list[str] = []
-            for _, text in self.texts_at(order):
-                texts.append(text)
-                if len(texts) == SPILL_ROWS:
-                    yield pa.array(texts, pa.string())
-                    texts = []
-            if texts:
+        """The texts at ascending `order`, SPILL_ROWS at a time, reading the spill one batch
+        at a time: the documents were added in corpus order (data.sources sorts a folder's
+        entries by path), so no order needs the whole spill in memory."""
+        assert len(order) < 2 or (np.diff(order) > 0).all(), "Ledger.write takes ascending indices"
+        texts: list[str] = []
+        for _, text in self.texts_at(order):
+            texts.append(text)
+            if len(texts) == SPILL_ROWS:
                 yield pa.array(texts, pa.string())
-            return
-        with pa.OSFile(str(self._spill)) as fh:
-            column = pa.ipc.open_file(fh).read_all().column(0)
-        for start in range(0, len(order), SPILL_ROWS):
-            yield column.take(pa.array(order[start:start + SPILL_ROWS])).combine_chunks()
+                texts = []
+        if texts:
+            yield pa.array(texts, pa.string())
 
     def write(self, path: Path, order: np.ndarray, group_of: np.ndarray) -> None:
         """The corpus parquet: the documents at `order`; group_of[k] is the position (in

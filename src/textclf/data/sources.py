@@ -58,7 +58,14 @@ def _archive(source: Path, opener, error, kind: str, entries) -> Iterator[list[E
     except error as err:
         raise UserError(f"ingest.source={str(source)!r} is not a readable {kind}: {err}") from None
     with archive:
-        yield list(_unique(entries(archive)))
+        yield _by_path(_unique(entries(archive)))
+
+
+def _by_path(entries: Iterator[Entry]) -> list[Entry]:
+    """Sorted by the path string the corpus is sorted by: a walk or an archive's member names
+    order `pos/` after `pos-strong/` (or `a/./b` before `a/a`), and ingest's spill is read back
+    in corpus order, one batch at a time, only when it was written in that order."""
+    return sorted(entries, key=lambda e: "/".join(e.parts))
 
 
 @contextmanager
@@ -66,7 +73,7 @@ def open_source(source: Path) -> Iterator[list[Entry]]:
     """All entries of `source`, sorted by path; archives stay open for reading inside the block."""
     name = source.name.lower()
     if source.is_dir():
-        yield list(_walk_folder(source))
+        yield _by_path(_walk_folder(source))
     elif name.endswith(".zip"):
         yield from _archive(source, zipfile.ZipFile, zipfile.BadZipFile, "zip", _zip_entries)
     elif name.endswith(ARCHIVE_SUFFIXES):
@@ -91,7 +98,7 @@ def _walk_folder(root: Path) -> Iterator[Entry]:
 
     def walk(rel: tuple[str, ...]) -> Iterator[Entry]:
         with os.scandir(os.path.join(root, *rel)) as it:
-            children = sorted(it, key=lambda e: e.name)
+            children = list(it)
         for child in children:
             parts = rel + (child.name,)
             if is_hidden(child.name):
