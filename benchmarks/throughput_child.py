@@ -195,7 +195,7 @@ def gpu_bench(spec: dict, texts: list[str], labels: list[int], tokenizer) -> dic
     config = BertConfig(num_labels=max(labels) + 1)
     if len(tokenizer) > config.vocab_size:
         raise ValueError(f"tokenizer has {len(tokenizer)} ids; BertConfig() has {config.vocab_size}")
-    model = SequenceClassifier(BertForSequenceClassification(config))
+    model = SequenceClassifier(BertForSequenceClassification(config), config.hidden_dropout_prob)
     # Embedding rows are gathered, not multiplied: they are left out of the 6 x N term.
     matmul_params = sum(p.numel() for n, p in model.named_parameters() if "embeddings" not in n)
     ids, _ = tokenize_texts(tokenizer, texts, spec["max_length"], "head")

@@ -1,4 +1,6 @@
 """The three heads on the real packaged MiniLM (pretrained weights: parity depends on them)."""
+import dataclasses
+
 import pytest
 import torch
 from transformers import AutoModel, BertForSequenceClassification
@@ -87,3 +89,29 @@ def test_save_and_load_round_trip(tmp_path, batch, cfg):
     with torch.no_grad():
         assert torch.allclose(loaded(b["input_ids"], b["attention_mask"]),
                               model(b["input_ids"], b["attention_mask"]), atol=1e-6)
+
+
+def head_dropouts(model) -> list[float]:
+    """p of every dropout outside the encoder."""
+    inside = {id(m) for m in model.encoder.modules()}
+    return [m.p for m in model.modules() if isinstance(m, torch.nn.Dropout) and id(m) not in inside]
+
+
+@pytest.mark.parametrize("head", ["sequence_classification", "pooled", "textcnn"])
+def test_model_dropout_is_every_heads_dropout(tiny_random_bert, head):
+    """model.dropout: 0.0 turns the head's dropout off, the HF head's too (it used to keep the
+    checkpoint's 0.1), while the encoder keeps its own; the default 0.1 is what the HF head had."""
+    cfg = ModelParams(name=str(tiny_random_bert), head=head, dropout=0.0,
+                      textcnn=TextCNNParams(kernel_sizes=[2], num_filters=4))
+    torch.manual_seed(0)
+    model, _ = build_model(cfg, LABELS)
+    assert head_dropouts(model) and set(head_dropouts(model)) == {0.0}
+    model.train()
+    model.encoder.eval()  # the encoder's dropout (0.1) aside: the head alone in train mode
+    ids = torch.tensor([[101, 2054, 2003, 102]])
+    mask = torch.ones_like(ids)
+    with torch.no_grad():
+        assert torch.equal(model(ids, mask), model(ids, mask))
+    assert model.encoder.config.hidden_dropout_prob == 0.1
+    default, _ = build_model(dataclasses.replace(cfg, dropout=0.1), LABELS)
+    assert set(head_dropouts(default)) == {0.1}

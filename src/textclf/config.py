@@ -136,7 +136,7 @@ class ModelParams:
     allow_random_init: bool = False
     pooling: str = "mean"  # pooled head: pooler | cls | mean
     hidden_layer: int = -2  # textcnn head: which hidden state (-1 last, -2 second-to-last)
-    dropout: float = ranged(0.1, 0, 1, high_open=True)  # pooled and textcnn heads
+    dropout: float = ranged(0.1, 0, 1, high_open=True)  # the head's, every head (the encoder keeps its own)
     textcnn: TextCNNParams = field(default_factory=TextCNNParams)
 
     def __post_init__(self):

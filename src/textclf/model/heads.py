@@ -12,11 +12,19 @@ POOLINGS = ("pooler", "cls", "mean")
 
 
 class SequenceClassifier(nn.Module):
-    """`AutoModelForSequenceClassification`, reduced to ids + mask -> logits."""
+    """`AutoModelForSequenceClassification`, reduced to ids + mask -> logits. `dropout` is the
+    head's (model.dropout), as in the other heads; the encoder keeps its checkpoint's."""
 
-    def __init__(self, hf_model: nn.Module):
+    def __init__(self, hf_model: nn.Module, dropout: float):
         super().__init__()
         self.hf = hf_model
+        # Every dropout outside the encoder: each architecture names its head's differently
+        # (classifier_dropout, seq_classif_dropout, ...); the config records it for HF readers
+        encoder = {id(m) for m in hf_model.base_model.modules()}
+        for module in hf_model.modules():
+            if isinstance(module, nn.Dropout) and id(module) not in encoder:
+                module.p = dropout
+        hf_model.config.classifier_dropout = dropout
 
     @property
     def encoder(self) -> nn.Module:

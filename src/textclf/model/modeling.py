@@ -63,7 +63,7 @@ def build_model(cfg: ModelParams, labels: list[str]) -> tuple[nn.Module, set[str
     """-> (classifier, names of its parameters that were newly initialised)."""
     if cfg.head == "sequence_classification":
         hf, new = _load(AutoModelForSequenceClassification, cfg, labels)
-        return SequenceClassifier(hf), {f"hf.{n}" for n in new}
+        return SequenceClassifier(hf, cfg.dropout), {f"hf.{n}" for n in new}
     encoder, new = _load(AutoModel, cfg, labels)
     model = _custom_head(cfg, encoder, len(labels))
     head = {n for n, _ in model.named_parameters() if not n.startswith("encoder.")}
@@ -101,7 +101,7 @@ def load_classifier(folder: str | Path) -> tuple[nn.Module, list[str]]:
     cfg = parse_section("model", read_json(folder / "params.json")["model"])
     if cfg.head == "sequence_classification":
         model = SequenceClassifier(AutoModelForSequenceClassification.from_pretrained(
-            folder, use_safetensors=True))
+            folder, use_safetensors=True), cfg.dropout)
     else:
         encoder = AutoModel.from_pretrained(folder, use_safetensors=True)
         model = _custom_head(cfg, encoder, encoder.config.num_labels)
