@@ -67,6 +67,26 @@ def test_atomic_write_leaves_the_old_file_when_writing_fails(tmp_path):
     assert read_json(path) == {"epoch": 1} and os.listdir(tmp_path) == ["state.json"]
 
 
+def test_atomic_path_removes_what_a_killed_write_left_but_not_a_live_one(tmp_path):
+    """A SIGKILL runs no cleanup: the next write of that path removes the temp files and
+    folders of its name pattern, except one a live process holds (its lock)."""
+    import fcntl
+
+    stale = [tmp_path / ".m.json.k1ll3d_0.tmp", tmp_path / ".m.json.zz9_abcd.tmp"]
+    stale[0].write_bytes(b"")
+    stale[1].mkdir()
+    (stale[1] / "weights").write_bytes(b"half")
+    live, other = tmp_path / ".m.json.l1ve0000.tmp", tmp_path / ".n.json.k1ll3d_0.tmp"
+    live.write_bytes(b"")
+    other.write_bytes(b"")
+    with open(live) as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # as atomic_path holds its temp while writing
+        write_json(tmp_path / "m.json", {"ok": 1})
+        assert sorted(os.listdir(tmp_path)) == [".m.json.l1ve0000.tmp", ".n.json.k1ll3d_0.tmp", "m.json"]
+    write_json(tmp_path / "m.json", {"ok": 2})
+    assert sorted(os.listdir(tmp_path)) == [".n.json.k1ll3d_0.tmp", "m.json"]
+
+
 RAISER = """
 import sys
 import pandas as pd

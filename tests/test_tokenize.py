@@ -57,9 +57,18 @@ def test_length_stats():
 
 
 def test_stage_writes_ids_and_stats(tmp_path, sample_corpus):
+    """Also: what a killed (SIGKILL) ingest and tokenize left beside their outputs is removed
+    by the rerun, and nothing else of that folder is."""
     from stages import ingest
     params = write_params(tmp_path / "params.yaml", ingest={"source": str(sample_corpus)},
                           tokenize={"max_length": 64, "truncation": "tail"})
+    (tmp_path / ".ingest.k1ll3d_0").mkdir()
+    (tmp_path / ".ingest.k1ll3d_0" / "texts.arrow").write_bytes(b"ARROW1" * 100)
+    for name in (".c.parquet.k1ll3d_0.tmp", ".t.parquet.k1ll3d_0.tmp", ".s.json.k1ll3d_0.tmp"):
+        (tmp_path / name).write_bytes(b"")
+    kept = {".ingest.notes", ".t.parquet.k1ll3d_0.bak", ".c.parquet.old.tmp"}  # not a temp's name
+    for name in kept:
+        (tmp_path / name).write_text("mine")
     ingest.main(["--params", str(params), "--corpus", str(tmp_path / "c.parquet"),
                  "--report", str(tmp_path / "r.json")])
     tokenize_stage.main(["--params", str(params), "--corpus", str(tmp_path / "c.parquet"),
@@ -69,6 +78,7 @@ def test_stage_writes_ids_and_stats(tmp_path, sample_corpus):
     assert len(tokens) == 80 and tokens["input_ids"].map(len).max() == 64
     assert (tokens["input_ids"].map(len) <= tokens["n_tokens"]).all()
     assert pd.read_csv(tmp_path / "h.csv")["documents"].sum() == 80
+    assert {p.name for p in tmp_path.glob(".*")} == kept
 
 
 ODD = ["", "  ", "Ünïcode façade: naïve café 東京 😀 e\u0301", "C++ and C--\t\n\r", "\u200b"]

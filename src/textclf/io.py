@@ -8,6 +8,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import sys
@@ -16,6 +17,11 @@ import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
+
+try:
+    import fcntl
+except ImportError:  # Windows
+    fcntl = None
 
 log = logging.getLogger("textclf")
 
@@ -35,25 +41,73 @@ def setup_logging() -> None:
 def atomic_path(path: str | Path, folder: bool = False):
     """Yield a temp path (a file, or with `folder` an empty folder) beside `path`; on success
     it replaces `path` in one rename, so a kill mid-write never leaves a half file or folder
-    that a rerun trusts. On failure the temp path is removed and `path` stays as it was."""
+    that a rerun trusts. On failure the temp path is removed and `path` stays as it was; what
+    a SIGKILL left is removed by the next write of `path` (temp_beside)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    if folder:
-        tmp = tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    else:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        os.close(fd)
-    try:
-        yield Path(tmp)
+    with temp_beside(path.parent, f".{path.name}.", ".tmp", folder) as tmp:
+        yield tmp
         if folder:
             shutil.rmtree(path, ignore_errors=True)  # os.replace cannot replace a full folder
         os.replace(tmp, path)
+
+
+def _locked(path: str) -> int | None:
+    """An fd of `path` under an exclusive flock (held until it is closed; the kernel drops it
+    when its process dies), or None when a live process holds it or it cannot be opened."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:  # gone already, or another user's
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _remove(path: str) -> None:
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+
+
+def _sweep(folder: Path, prefix: str, suffix: str) -> None:
+    """Remove the temp files and folders tempfile named `prefix` + 8 characters + `suffix` in
+    `folder` that no live process holds: a killed (SIGKILL) run's, which ran no cleanup."""
+    name = re.compile(re.escape(prefix) + "[a-z0-9_]{8}" + re.escape(suffix))
+    with os.scandir(folder) as it:
+        found = [e.path for e in it if name.fullmatch(e.name)]
+    for path in found:
+        fd = _locked(path)
+        if fd is not None:
+            log.info("removing %s, left by a run that was killed", path)
+            _remove(path)
+            os.close(fd)
+
+
+@contextlib.contextmanager
+def temp_beside(folder: Path, prefix: str, suffix: str = "", is_folder: bool = True):
+    """A new temp folder (or file) in `folder`, removed after the block and locked while it
+    runs, so that a concurrent run's sweep leaves it alone; first removes the ones of the same
+    name pattern a killed run left (and only those: nothing else of `folder` matches)."""
+    if fcntl:  # Windows has no flock: a live run's temp could not be told from a dead one's
+        _sweep(folder, prefix, suffix)
+    if is_folder:
+        tmp = tempfile.mkdtemp(prefix=prefix, suffix=suffix, dir=folder)
+        fd = os.open(tmp, os.O_RDONLY)
+    else:
+        fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=folder)
+    try:
+        if fcntl:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield Path(tmp)
     finally:
-        if folder:
-            shutil.rmtree(tmp, ignore_errors=True)
-        else:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
+        _remove(tmp)
+        os.close(fd)
 
 
 def file_md5(path: str | Path) -> str:

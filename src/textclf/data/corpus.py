@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from textclf.config import NearDuplicateParams
-from textclf.io import UserError, atomic_path
+from textclf.io import UserError, atomic_path, temp_beside
 from textclf.data.ledger import SCHEMA, Ledger
 from textclf.data.near_dups import NearDuplicates, group_sketched, sketch
 from textclf.data.sources import HIDDEN, UNSAFE_MEMBER, Entry, is_hidden, open_source
@@ -212,8 +212,8 @@ def write_corpus(source: Path | str, out: Path | str, max_bytes: int, min_per_cl
     tables = table_files(str(source))
     nd = near_duplicates
     sketcher = partial(sketch, size=nd.shingle_size, num_perm=nd.num_perm) if nd.enabled else None
-    with atomic_path(out) as tmp, tempfile.TemporaryDirectory(prefix=".ingest.", dir=tmp.parent) as spill:
-        ledger = Ledger(Path(spill) / "texts.arrow", sketcher)
+    with atomic_path(out) as tmp, temp_beside(tmp.parent, ".ingest.") as spill:
+        ledger = Ledger(spill / "texts.arrow", sketcher)
         if tables:
             class_folders = _table_docs(tables, columns, max_bytes, report, skipped, ledger)
         else:
