@@ -113,11 +113,12 @@ def test_empty_and_whitespace_only(tmp_path):
 def test_binary_file(tmp_path):
     root = make_corpus(tmp_path / "c")
     write(root / "alpha" / "image.png", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00")
+    write(root / "beta" / "bom.bin", b"\xff\xfe\x00\x00\x80\x81")  # NUL characters after a UTF-16 BOM
     frame, report = build(root)
-    assert report["files_seen"] == 7 and report["kept"] == 6
-    assert report["skipped"] == {"binary": 1}
+    assert report["files_seen"] == 8 and report["kept"] == 6
+    assert report["skipped"] == {"binary": 2}
     assert report["encodings"] == {"utf-8": 6}
-    assert "alpha/image.png" not in set(frame.source_path)
+    assert not {"alpha/image.png", "beta/bom.bin"} & set(frame.source_path)
 
 
 def test_too_large(tmp_path):

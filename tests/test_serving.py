@@ -103,6 +103,22 @@ def test_predict_cli_decodes_stdin_as_it_decodes_files(trained, tmp_path):
     assert from_stdin.stdout.decode().split("\t")[1:] == from_file.stdout.split("\t")[1:]
 
 
+def test_predict_refuses_binary_behind_a_utf16_bom(tmp_path, monkeypatch):
+    """A UTF-16 BOM (here the start of UTF-32's) then NUL characters: binary, as NUL bytes are
+    without a BOM, from a file and from stdin."""
+    import io
+
+    from textclf.predict import read_inputs
+
+    data = b"\xff\xfe\x00\x00\x80\x81"
+    (tmp_path / "blob.bin").write_bytes(data)
+    with pytest.raises(ValueError, match=r"blob.bin is not text \(binary\)"):
+        read_inputs([str(tmp_path / "blob.bin")])
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
+    with pytest.raises(ValueError, match=r"stdin is not text \(binary\)"):
+        read_inputs([])
+
+
 def test_mlflow_models_predict_offline(trained, tmp_path):
     tmp, run = trained
     inp = tmp_path / "in.json"

@@ -12,9 +12,11 @@ def decode(data: bytes) -> tuple[str | None, str]:
     """Bytes -> (text, encoding), or (None, skip reason)."""
     if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
         try:
-            return data.decode("utf-16"), "utf-16"
+            text = data.decode("utf-16")
         except UnicodeDecodeError:
             return None, "undecodable"
+        # NUL bytes are no text behind a BOM either (\xff\xfe\x00\x00 also begins UTF-32)
+        return (None, "binary") if "\x00" in text else (text, "utf-16")
     if b"\x00" in data:
         return None, "binary"
     try:
