@@ -16,25 +16,46 @@ from textclf.train.checkpoint import MANIFEST, STATE, TENSORS, Checkpointer, Pro
 KEY = "k1"
 
 
-@pytest.fixture(scope="module")
-def saved(tmp_path_factory) -> Path:
-    """A checkpoint folder holding epoch-1-step-0 and epoch-2-step-0, both complete."""
-    folder = tmp_path_factory.mktemp("ckpt") / "ckpt"
+def prepared_linear():
+    """-> (accelerator, model, optimizer) of a small linear model, prepared."""
     torch.manual_seed(0)
     model = nn.Linear(4, 3)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
     accelerator = Accelerator(cpu=True)
-    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+    model, optimizer, _ = accelerator.prepare(model, optimizer, scheduler)
+    return accelerator, model, optimizer
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory) -> Path:
+    """A checkpoint folder after two saves: epoch-1-step-0 and epoch-2-step-0, both complete
+    (a save keeps the previous checkpoint, for the fallback)."""
+    folder = tmp_path_factory.mktemp("ckpt") / "ckpt"
+    accelerator, model, optimizer = prepared_linear()
     ckpt = Checkpointer(folder, KEY, extra_state=lambda: {"rows": [1]})
     ckpt.extra_tensors = lambda: {"w": torch.ones(2)}
     ckpt.save(accelerator, Progress(1, 0, 0.0, {"rows": [1]}))
-    shutil.copytree(folder / "epoch-1-step-0", folder.parent / "epoch-1-step-0")  # save deletes it
     model(torch.ones(2, 4)).sum().backward()
     optimizer.step()
     ckpt.save(accelerator, Progress(2, 0, 0.0, {"rows": [1, 2]}))
-    shutil.copytree(folder.parent / "epoch-1-step-0", folder / "epoch-1-step-0")
     return folder
+
+
+def test_a_save_keeps_the_previous_checkpoint_and_deletes_older_ones(tmp_path):
+    """Two checkpoints at most between saves: the newest and the one before it (the fallback
+    when the newest is damaged); a leftover .tmp of a killed save goes too."""
+    accelerator, _, _ = prepared_linear()
+    ckpt = Checkpointer(tmp_path / "ckpt", KEY)
+    kept = []
+    for epoch, step in [(1, 0), (1, 2), (2, 0)]:
+        if epoch == 2:
+            (tmp_path / "ckpt" / "epoch-1-step-3.tmp").mkdir()  # a save killed midway
+        ckpt.save(accelerator, Progress(epoch, step))
+        kept.append(sorted(p.name for p in (tmp_path / "ckpt").iterdir() if p.is_dir()))
+    assert kept == [["epoch-1-step-0"], ["epoch-1-step-0", "epoch-1-step-2"],
+                    ["epoch-1-step-2", "epoch-2-step-0"]]
+    assert all(damage(tmp_path / "ckpt" / name) is None for name in kept[-1])
 
 
 def test_a_saved_checkpoint_lists_every_file_in_its_manifest(saved):

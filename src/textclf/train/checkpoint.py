@@ -8,13 +8,16 @@ and `extra.safetensors` the stage's extra tensors (the best epoch's weights).
     models/checkpoint/latest.json          {"key", "dir", "epoch", "step"}: the newest
     models/checkpoint/epoch-2-step-0/      a complete checkpoint; manifest.json: each file's
                                            size and md5, written last
+    models/checkpoint/epoch-1-step-0/      the one before it, the fallback
 
 A checkpoint is written to `<dir>.tmp`, renamed, and only then named in latest.json (an
 atomic replace), so a kill during a save leaves the previous checkpoint in charge; a save
 that fails (a full disk) removes its `.tmp` and stops the stage in one line, the previous
 checkpoint still in charge. Before resuming, every file is checked against the manifest:
 a damaged checkpoint (a copy cut short, garbage) is discarded in one line, and training
-falls back to an older complete one if any, else starts over; it never trains on garbage.
+falls back to the one before it, else starts over; it never trains on garbage. A save first
+deletes every checkpoint but the newest complete one, which stays as the fallback: the disk
+holds two at most (the one being written counted), and after the save the newest two.
 The key hashes everything that shapes training: a changed param or input never resumes.
 """
 from __future__ import annotations
@@ -75,7 +78,8 @@ def damage(folder: Path) -> str | None:
 
 def _newest_first(folder: Path) -> list[Path]:
     """Complete checkpoint folders (renamed from .tmp), newest first."""
-    found = [(int(m[1]), int(m[2]), p) for p in folder.iterdir() if p.is_dir() and (m := NAME.match(p.name))]
+    children = folder.iterdir() if folder.is_dir() else []
+    found = [(int(m[1]), int(m[2]), p) for p in children if p.is_dir() and (m := NAME.match(p.name))]
     return [p for *_, p in sorted(found, reverse=True)]
 
 
@@ -102,7 +106,7 @@ class Checkpointer:
     def find(self) -> Progress | None:
         """The newest undamaged checkpoint to resume from, or None. Damaged ones are
         discarded, naming the damage; one made with another key discards them all."""
-        for candidate in _newest_first(self.folder) if self.folder.is_dir() else []:
+        for candidate in _newest_first(self.folder):
             problem = damage(candidate)
             if problem:
                 log.warning("discarding checkpoint %s: %s", candidate, problem)
@@ -138,7 +142,7 @@ class Checkpointer:
         name = f"epoch-{progress.epoch}-step-{progress.step}"
         final, tmp = self.folder / name, self.folder / f"{name}.tmp"
         if accelerator.is_main_process:
-            shutil.rmtree(tmp, ignore_errors=True)
+            self._keep_only(name, *[p.name for p in _newest_first(self.folder) if p.name != name][:1])
         accelerator.wait_for_everyone()
         try:
             accelerator.save_state(str(tmp))  # every rank writes its RNG state
@@ -163,10 +167,13 @@ class Checkpointer:
         os.replace(tmp, final)
         write_json(self.folder / LATEST, {"key": self.key, "dir": name, "epoch": progress.epoch,
                                           "step": progress.step})
-        for old in self.folder.iterdir():  # older checkpoints: latest.json no longer names them
-            if old.is_dir() and old.name != name:
-                shutil.rmtree(old, ignore_errors=True)
         log.info("checkpoint saved: %s", final)
+
+    def _keep_only(self, *names: str) -> None:
+        """Delete every checkpoint folder not named (older ones, leftovers of killed saves)."""
+        for old in self.folder.iterdir() if self.folder.is_dir() else []:
+            if old.is_dir() and old.name not in names:
+                shutil.rmtree(old, ignore_errors=True)
 
     def after_step(self, accelerator, epoch: int, step: int, loss_sum) -> None:
         """Called by the loop after optimizer step `step` of `epoch` (1-based)."""
