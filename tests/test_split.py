@@ -2,7 +2,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from textclf.data.splitting import allocate, check_disjoint, class_counts, stratified_split
+from textclf.data.splitting import (SPLITS, _cut, allocate, bucket, check_disjoint, class_counts,
+                                    stable_split, stratified_split)
 
 FRACTIONS = {"train": 0.6, "validation": 0.2, "test": 0.2}
 
@@ -112,3 +113,72 @@ def test_a_class_held_by_one_group_names_the_class_and_the_fix():
 def test_a_corpus_without_groups_asks_for_a_fresh_ingest():
     with pytest.raises(ValueError, match="no `group` column.*rerun ingest"):
         stratified_split(corpus({"a": 10, "b": 10}).drop(columns="group"), FRACTIONS, seed=0)
+
+
+# The stable split (split.method: stable, the default): a group's side follows from its key.
+
+def keyed(frame: pd.DataFrame) -> pd.DataFrame:
+    """A key per group as ingest writes it: here the group's name stands in for its shingles."""
+    return frame.assign(split_key="k-" + frame["group"])
+
+
+def sides(assignment: pd.DataFrame) -> pd.Series:
+    return assignment.set_index("doc_id")["split"]
+
+
+def test_adding_documents_moves_no_existing_document():
+    old = keyed(grouped_corpus(0))
+    grown = keyed(pd.concat([grouped_corpus(0), grouped_corpus(1).assign(
+        doc_id=lambda f: "new-" + f["doc_id"], group=lambda f: "new-" + f["group"],
+        content_hash=lambda f: "new-" + f["content_hash"])]))
+    before, moves_before = stable_split(old, FRACTIONS, seed=3)
+    after, moves_after = stable_split(grown, FRACTIONS, seed=3)
+    assert moves_before == moves_after == []
+    both = sides(after)[sides(before).index]
+    assert (both == sides(before)).all() and len(after) > len(before)
+    # the exact-count shuffle moves many of them: what the stable split exists to avoid
+    shuffled = sides(stratified_split(grown, FRACTIONS, 3))[sides(before).index]
+    assert (shuffled != sides(stratified_split(old, FRACTIONS, 3))).sum() > 50
+
+
+def test_removing_documents_moves_no_other_and_relabelling_keeps_the_side():
+    frame = keyed(grouped_corpus(2))
+    before = sides(stable_split(frame, FRACTIONS, seed=0)[0])
+    kept = frame.sample(frac=0.8, random_state=1)
+    after = sides(stable_split(kept, FRACTIONS, seed=0)[0])
+    assert (after == before[after.index]).all()
+    relabelled = frame.copy()  # a relabelling round: same text (same key), other label
+    moved = relabelled.index[::7]
+    relabelled.loc[moved, "label"] = relabelled.loc[moved, "label"].map({"a": "b", "b": "c", "c": "a"})
+    again = sides(stable_split(relabelled, FRACTIONS, seed=0)[0])
+    assert (again == before).all()
+
+
+def test_stable_split_counts_stay_near_the_fractions_and_follow_the_seed():
+    frame = keyed(corpus({"a": 1500, "b": 900, "c": 600}))
+    one = stable_split(frame, FRACTIONS, seed=5)[0]
+    for name, share in FRACTIONS.items():
+        assert abs((one["split"] == name).mean() - share) < 0.03, name
+    assert one.groupby("group")["split"].nunique().max() == 1
+    assert not one["split"].equals(stable_split(frame, FRACTIONS, seed=6)[0]["split"])
+    assert one.equals(stable_split(frame.sample(frac=1, random_state=2), FRACTIONS, seed=5)[0])
+
+
+def test_a_class_that_would_miss_a_split_gets_the_fewest_groups_moved():
+    frame = keyed(corpus({"big": 300, "small": 4}))
+
+    def raw(keys: pd.Series, seed: int) -> list[str]:  # the sides before any repair
+        return [SPLITS[i] for i in _cut(np.array([bucket(k, seed) for k in keys]), FRACTIONS)]
+    small = frame.loc[frame["label"] == "small", "split_key"]
+    seed = next(s for s in range(100) if len(set(raw(small, s))) < 3)
+    out, moves = stable_split(frame, FRACTIONS, seed)
+    assert set(out.loc[out["label"] == "small", "split"]) == set(SPLITS)
+    assert len(moves) == 3 - len(set(raw(small, seed))) and {m["label"] for m in moves} == {"small"}
+    assert moves == stable_split(frame, FRACTIONS, seed)[1]  # deterministic
+    big = out[out["label"] == "big"]
+    assert big["split"].tolist() == raw("k-" + big["group"], seed)  # nothing else moved
+
+
+def test_a_corpus_without_split_keys_asks_for_a_fresh_ingest():
+    with pytest.raises(ValueError, match="no `split_key` column.*rerun ingest"):
+        stable_split(corpus({"a": 10, "b": 10}), FRACTIONS, seed=0)

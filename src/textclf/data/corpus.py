@@ -23,9 +23,9 @@ import pandas as pd
 from textclf.config import NearDuplicateParams
 from textclf.io import UserError, atomic_path, temp_beside
 from textclf.data.ledger import SCHEMA, Ledger
-from textclf.data.near_dups import NearDuplicates, group_sketched, sketch
+from textclf.data.near_dups import NearDuplicates, group_sketched, sketch_and_keys
 from textclf.data.sources import HIDDEN, UNSAFE_MEMBER, Entry, is_hidden, open_source
-from textclf.data.tables import Columns, read_rows, table_files
+from textclf.data.tables import Columns, not_tables, nothing_usable, read_rows, source_root, table_files
 from textclf.data.text import decode
 
 log = logging.getLogger(__name__)
@@ -134,14 +134,16 @@ def _group_near_duplicates(ledger: Ledger, order: np.ndarray, cfg: NearDuplicate
 
 
 def _check_classes(per_class: Counter, min_per_class: int) -> None:
-    small = {c: n for c, n in sorted(per_class.items()) if n < min_per_class}
-    if small:
+    small = sorted((n, c) for c, n in per_class.items() if n < min_per_class)
+    if small:  # the 5 smallest named, the rest counted: 1 000 classes made a 15 000-character line
+        more = f" and {len(small) - 5} more" if len(small) > 5 else ""
         raise UserError(
-            f"class(es) {small} have fewer than ingest.min_per_class={min_per_class} documents "
-            "after cleaning; add documents, remove the class folder, or lower ingest.min_per_class.")
+            f"class(es) {dict((c, n) for n, c in small[:5])}{more} have fewer than "
+            f"ingest.min_per_class={min_per_class} documents after cleaning; add documents, remove "
+            "the class (its folder or rows), or lower ingest.min_per_class.")
     if len(per_class) < 2:
-        raise UserError(f"found {len(per_class)} class(es) {sorted(per_class)}; a classifier "
-                         "needs at least two class folders under ingest.source.")
+        raise UserError(f"found {len(per_class)} class(es) {sorted(per_class)}; a classifier needs "
+                        "at least two classes (class folders under ingest.source, or label values).")
 
 
 def _folder_docs(source: Path, max_bytes: int, report: dict, skipped: Counter,
@@ -174,11 +176,17 @@ def _folder_docs(source: Path, max_bytes: int, report: dict, skipped: Counter,
 def _table_docs(files: list[Path], columns: Columns, max_bytes: int, report: dict,
                 skipped: Counter, ledger: Ledger) -> set[str]:
     """Rows of table files -> the ledger; returns the labels seen. Rows hold text, so the
-    bytes are its UTF-8 encoding (JSON Lines lines decode as files do)."""
+    bytes are its UTF-8 encoding (JSON Lines lines decode as files do). Files beside a table
+    folder's tables (a README) are skipped and listed, as a folder corpus's top-level files are."""
+    source = report["source"]
     report.pop("files_seen")
-    report.update(rows_seen=0, tables=[str(p) for p in files], columns=dataclasses.asdict(columns))
+    report.update(rows_seen=0, tables=[str(p) for p in files], columns=dataclasses.asdict(columns),
+                  ignored_top_level=not_tables(source))
+    if report["ignored_top_level"]:
+        log.warning("ingest.source=%s: skipped %d file(s) that are not tables: %s", source,
+                    len(report["ignored_top_level"]), report["ignored_top_level"][:5])
     labels, refs = set(), set()
-    for row in read_rows(files, columns):
+    for row in read_rows(files, columns, source_root(source)):
         report["rows_seen"] += 1
         result = row.problem
         if result is None and row.ref in refs:
@@ -190,11 +198,14 @@ def _table_docs(files: list[Path], columns: Columns, max_bytes: int, report: dic
         if isinstance(result, str):
             result = "empty_text" if result == "empty" else result
             skipped[result] += 1
-            report["skipped_files"].append({"path": row.ref, "reason": result})
+            report["skipped_files"].append({"path": row.at, **({"id": row.id} if row.id else {}),
+                                            "reason": result})
             continue
         refs.add(row.ref)
         labels.add(row.label)
         ledger.add(*result)
+    if not labels:  # not the class check's message: it would speak of class folders
+        raise UserError(nothing_usable(source, files, report["rows_seen"], skipped, columns))
     return labels
 
 
@@ -211,7 +222,7 @@ def write_corpus(source: Path | str, out: Path | str, max_bytes: int, min_per_cl
     skipped: Counter = Counter()
     tables = table_files(str(source))
     nd = near_duplicates
-    sketcher = partial(sketch, size=nd.shingle_size, num_perm=nd.num_perm) if nd.enabled else None
+    sketcher = partial(sketch_and_keys, size=nd.shingle_size, num_perm=nd.num_perm) if nd.enabled else None
     with atomic_path(out) as tmp, temp_beside(tmp.parent, ".ingest.") as spill:
         ledger = Ledger(spill / "texts.arrow", sketcher)
         if tables:

@@ -17,7 +17,8 @@ import pyarrow.parquet as pq
 
 SPILL_ROWS = 10_000  # texts per spilled record batch, and rows per written corpus batch
 SCHEMA = pa.schema([(c, pa.string()) for c in
-                    ("doc_id", "label", "text", "source_path", "content_hash", "encoding", "group")])
+                    ("doc_id", "label", "text", "source_path", "content_hash", "encoding", "group",
+                     "split_key")])
 
 
 def doc_id(path: str) -> str:
@@ -28,7 +29,8 @@ def doc_id(path: str) -> str:
 class Ledger:
     """Documents in the order they were added, index i for the i-th; add, then close."""
 
-    def __init__(self, spill: Path, sketch: Callable[[list[str]], np.ndarray] | None):
+    def __init__(self, spill: Path,
+                 sketch: Callable[[list[str]], tuple[np.ndarray, np.ndarray]] | None):
         self.paths: list[str] = []
         self.labels: list[str] = []
         self.encodings: list[str] = []
@@ -36,7 +38,7 @@ class Ledger:
         self._raw: list[bytes] = []  # first 8 bytes of the sha256 of the source bytes
         self._names: dict[str, str] = {}  # one str object per distinct label or encoding
         self._texts: list[str] = []
-        self._sketch, self._sketches = sketch, []
+        self._sketch, self._sketches, self._keys = sketch, [], []  # keys: smallest shingle hashes
         self._spill, self._writer = spill, None
 
     def add(self, label: str, path: str, text: str, digest: bytes, encoding: str, raw: bytes) -> None:
@@ -56,7 +58,9 @@ class Ledger:
         self._writer = self._writer or pa.ipc.new_file(str(self._spill), batch.schema)
         self._writer.write_batch(batch)
         if self._sketch:
-            self._sketches.append(self._sketch(self._texts))
+            rows, keys = self._sketch(self._texts)
+            self._sketches.append(rows)
+            self._keys.append(keys)
         self._texts = []
 
     def close(self) -> None:
@@ -69,6 +73,17 @@ class Ledger:
         rows = np.concatenate(self._sketches)
         self._sketches = []
         return rows if np.array_equal(order, np.arange(len(rows))) else rows[order]
+
+    def split_keys(self, order: np.ndarray, group_of: np.ndarray) -> list[str]:
+        """The stable split's key of each document at `order` (group_of as for `write`): the
+        smallest shingle hash over its near-duplicate group, or without near-duplicate
+        detection its content hash (every document its own group)."""
+        if not self._sketch:
+            return [self._digests[i].hex() for i in order.tolist()]
+        keys = np.concatenate(self._keys)[order] if len(order) else np.zeros(0, np.uint64)
+        smallest = keys.copy()
+        np.minimum.at(smallest, group_of, keys)  # each group's first document gathers the minimum
+        return [f"{k:016x}" for k in smallest[group_of].tolist()]
 
     def dedupe(self, skipped: Counter, report: dict) -> np.ndarray:
         """Keep the first copy of each text; drop texts that appear under two labels ->
@@ -124,6 +139,7 @@ class Ledger:
     def write(self, path: Path, order: np.ndarray, group_of: np.ndarray) -> None:
         """The corpus parquet: the documents at `order`; group_of[k] is the position (in
         `order`) of document k's group's first document."""
+        keys = self.split_keys(order, group_of)
         ids = [doc_id(self.paths[i]) for i in order.tolist()]
         with pq.ParquetWriter(str(path), SCHEMA) as writer:
             for k, texts in enumerate(self._text_batches(order)):
@@ -133,7 +149,7 @@ class Ledger:
                            "source_path": [self.paths[i] for i in rows],
                            "content_hash": [self._digests[i].hex() for i in rows],
                            "encoding": [self.encodings[i] for i in rows],
-                           "group": [ids[g] for g in group_of[at].tolist()]}
+                           "group": [ids[g] for g in group_of[at].tolist()], "split_key": keys[at]}
                 writer.write_batch(pa.record_batch(
                     [v if isinstance(v, pa.Array) else pa.array(v, pa.string()) for v in columns.values()],
                     schema=SCHEMA))

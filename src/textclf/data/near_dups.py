@@ -97,14 +97,25 @@ def shingle_hashes(texts: list[str], size: int) -> tuple[np.ndarray, np.ndarray]
     return _finish(hashes), offsets.astype(np.uint64)
 
 
-def sketch(texts: list[str], size: int, num_perm: int) -> np.ndarray:
-    """(N, num_perm) uint32: each text's MinHash of its shingle hashes."""
-    rows = []
+def sketch_and_keys(texts: list[str], size: int, num_perm: int) -> tuple[np.ndarray, np.ndarray]:
+    """-> ((N, num_perm) uint32: each text's MinHash of its shingle hashes; (N,) uint64: each
+    text's smallest shingle hash). The smallest hash is one more MinHash slot, 64 bits wide:
+    near-duplicates share it with probability about their Jaccard, which is what lets the
+    stable split key a group by the smallest over its members (data.splitting)."""
+    rows, keys = [], []
     for start in range(0, len(texts), BATCH):
         hashes, offsets = shingle_hashes(texts[start:start + BATCH], size)
+        keys.append(np.minimum.reduceat(hashes, offsets[:-1].astype(np.int64)))  # >= 1 shingle each
         matrix = RMinHash.digest_matrix_from_flat_token_hashes(hashes, offsets, num_perm, MINHASH_SEED)
         rows.append(np.array(matrix.to_rows(), dtype=np.uint32).reshape(-1, num_perm))
-    return np.concatenate(rows) if rows else np.zeros((0, num_perm), np.uint32)
+    if not rows:
+        return np.zeros((0, num_perm), np.uint32), np.zeros(0, np.uint64)
+    return np.concatenate(rows), np.concatenate(keys)
+
+
+def sketch(texts: list[str], size: int, num_perm: int) -> np.ndarray:
+    """(N, num_perm) uint32: each text's MinHash of its shingle hashes."""
+    return sketch_and_keys(texts, size, num_perm)[0]
 
 
 def min_agreement(threshold: float, num_perm: int) -> int:

@@ -1,14 +1,26 @@
-"""Seeded, stratified, group-aware train / validation / test split.
+"""Seeded, group-aware train / validation / test split: stable (the default) or an exact
+stratified shuffle.
 
 Near-duplicates share a `group` (ingest), and a group never straddles two splits: otherwise
-the test set would grade memory. Per class, the groups are shuffled and laid end to end, and
-each goes to the split its midpoint falls in. A class's count in a split therefore differs
-from its largest-remainder target by at most the size of the class's largest group (half of
-it for train and test, one boundary each). With no near-duplicates every group is one
-document and the split is exactly the one a plain stratified shuffle gives.
+the test set would grade memory.
+
+`stable` (split.method): a group's split is a pure function of its `split_key` (ingest: the
+smallest shingle hash of the group's texts, or its content hash without near-duplicate
+detection) and split.seed: the key is hashed to [0, 1) and cut by split.fractions. Adding
+documents moves no existing one, removing some moves no other, and relabelling a document
+(same text, other label) keeps its side. Stratification is approximate (binomial counts);
+a class that would miss a split gets one group moved into it, the fewest moves, chosen
+deterministically (`repairs`).
+
+`stratified_shuffle`: per class, the groups are shuffled and laid end to end, and each goes
+to the split its midpoint falls in. A class's count in a split then differs from its
+largest-remainder target by at most the size of the class's largest group (half of it for
+train and test, one boundary each). Exact counts, but one RNG permutes every class: adding a
+single document reshuffles documents of every class.
 """
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
 
 import numpy as np
@@ -64,6 +76,59 @@ def assign_splits(labels: pd.Series, groups: pd.Series, fractions: dict[str, flo
     return groups.map(split_of).rename("split")
 
 
+def bucket(key: str, seed: int) -> float:
+    """A group's place in [0, 1): its key and the seed hashed, so no other group's affects it."""
+    digest = hashlib.blake2b(f"{seed}\x00{key}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2.0 ** 64
+
+
+def _cut(places: np.ndarray, fractions: dict[str, float]) -> np.ndarray:
+    """Split index of each place in [0, 1): train [0, f_train), validation next, test last."""
+    edges = np.cumsum([fractions[s] for s in SPLITS])[:-1]
+    return np.searchsorted(edges, places, side="right")
+
+
+def _distance(place: float, where: int, fractions: dict[str, float]) -> float:
+    """How far `place` lies outside split `where`'s interval (0 inside it)."""
+    edges = np.concatenate([[0.0], np.cumsum([fractions[s] for s in SPLITS])])
+    return max(edges[where] - place, place - edges[where + 1], 0.0)
+
+
+def _repair(stratum: pd.Series, places: pd.Series, split_of: pd.Series,
+            fractions: dict[str, float]) -> list[dict]:
+    """Move, per class missing a split, the class's group nearest to that split's interval
+    into it, taken from a split that keeps another group of the class: the fewest moves,
+    the same ones for the same corpus. -> the moves (split_of is changed in place)."""
+    moves = []
+    for label, members in stratum.groupby(stratum, sort=True):
+        for where, name in enumerate(SPLITS):
+            held = split_of[members.index]
+            if (held == where).any():
+                continue
+            per_split = held.value_counts()
+            movable = [g for g in members.index if per_split[held[g]] > 1]
+            if not movable:
+                continue  # too few groups: _check_every_class_everywhere names the class
+            group = min(movable, key=lambda g: (_distance(places[g], where, fractions), g))
+            moves.append({"group": group, "label": label, "from": SPLITS[held[group]], "to": name})
+            split_of[group] = where
+    return moves
+
+
+def stable_assign(labels: pd.Series, groups: pd.Series, keys: pd.Series,
+                  fractions: dict[str, float], seed: int) -> tuple[pd.Series, list[dict]]:
+    """labels, groups, keys indexed by doc id (a group's documents share its key) -> (split
+    name per doc id, the repair moves). A group's split depends on its key and the seed alone,
+    unless it was moved to give its class a split it would otherwise lack."""
+    order = labels.index.sort_values()
+    labels, groups, keys = labels[order], groups[order], keys[order]
+    group_key = keys.groupby(groups, sort=True).min()  # one key per group (ingest writes them equal)
+    places = pd.Series([bucket(k, seed) for k in group_key], index=group_key.index)
+    split_of = pd.Series(_cut(places.to_numpy(), fractions), index=places.index)
+    moves = _repair(group_labels(labels, groups), places, split_of, fractions)
+    return groups.map(lambda g: SPLITS[split_of[g]]).rename("split"), moves
+
+
 def _check_every_class_everywhere(assignment: pd.DataFrame, fractions: dict[str, float]) -> None:
     present = assignment.groupby("label")["split"].agg(set)
     for label, splits in present.items():
@@ -78,19 +143,46 @@ def _check_every_class_everywhere(assignment: pd.DataFrame, fractions: dict[str,
                 "ingest.min_per_class, or raise ingest.near_duplicates.threshold.")
 
 
-def stratified_split(corpus: pd.DataFrame, fractions: dict[str, float], seed: int) -> pd.DataFrame:
-    """corpus (doc_id, label, content_hash, group) -> DataFrame(doc_id, label, content_hash,
-    group, split) sorted by doc_id."""
-    if "group" not in corpus:
-        raise UserError("the corpus has no `group` column: it was written before near-duplicate "
-                         "grouping; rerun ingest (`dvc repro ingest`).")
-    frame = corpus.set_index("doc_id")
-    split = assign_splits(frame["label"], frame["group"], fractions, seed)
-    out = (frame[["label", "content_hash", "group"]].join(split).sort_index()
+def _needs(corpus: pd.DataFrame, column: str, since: str) -> None:
+    if column not in corpus:
+        raise UserError(f"the corpus has no `{column}` column: it was written before {since}; "
+                        "rerun ingest (`dvc repro ingest`).")
+
+
+def _finish(frame: pd.DataFrame, split: pd.Series, fractions: dict[str, float]) -> pd.DataFrame:
+    kept = ["label", "content_hash", "group"] + (["source_path"] if "source_path" in frame else [])
+    out = (frame[kept].join(split).sort_index()
            .rename_axis("doc_id").reset_index())
     _check_every_class_everywhere(out, fractions)
     check_disjoint(out)
     return out
+
+
+def stratified_split(corpus: pd.DataFrame, fractions: dict[str, float], seed: int) -> pd.DataFrame:
+    """split.method stratified_shuffle: corpus (doc_id, label, content_hash, group) ->
+    DataFrame(doc_id, label, content_hash, group, split) sorted by doc_id."""
+    _needs(corpus, "group", "near-duplicate grouping")
+    frame = corpus.set_index("doc_id")
+    return _finish(frame, assign_splits(frame["label"], frame["group"], fractions, seed), fractions)
+
+
+def stable_split(corpus: pd.DataFrame, fractions: dict[str, float],
+                 seed: int) -> tuple[pd.DataFrame, list[dict]]:
+    """split.method stable: corpus (doc_id, label, content_hash, group, split_key) -> (the
+    assignment as stratified_split gives it, the repair moves)."""
+    _needs(corpus, "group", "near-duplicate grouping")
+    _needs(corpus, "split_key", "the stable split")
+    frame = corpus.set_index("doc_id")
+    split, moves = stable_assign(frame["label"], frame["group"], frame["split_key"], fractions, seed)
+    return _finish(frame, split, fractions), moves
+
+
+def split_corpus(corpus: pd.DataFrame, fractions: dict[str, float], seed: int,
+                 method: str) -> tuple[pd.DataFrame, list[dict]]:
+    """The split stage's work, by split.method -> (assignment, repair moves)."""
+    if method == "stratified_shuffle":
+        return stratified_split(corpus, fractions, seed), []
+    return stable_split(corpus, fractions, seed)
 
 
 def check_disjoint(assignment: pd.DataFrame) -> None:

@@ -91,7 +91,7 @@ def data_section(ingest: dict, tokens: dict, counts: dict, histogram: pd.DataFra
              f"kept; skipped: {skipped}. Decoded by fallback encoding: {fallback}. Duplicates "
              f"differing only in whitespace/Unicode form: {ingest['duplicates_not_byte_identical']}."),
         Table(["split"] + list(ingest["per_class"]),
-              [[s] + [counts[s].get(c, 0) for c in ingest["per_class"]] for s in counts]),
+              [[s] + [counts[s].get(c, 0) for c in ingest["per_class"]] for s in ("train", "validation", "test")]),
         *near_duplicates_section(ingest["near_duplicates"]),
         Heading("Token lengths"),
         Para(f"Mean {tokens['mean']}, median {tokens['p50']}, p90 {tokens['p90']}, max {tokens['max']}; "

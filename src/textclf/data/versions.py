@@ -1,0 +1,87 @@
+"""What changed between two data versions, document by document: added, removed, relabelled
+(the same text under another label), edited (the same id, other text), and documents that
+changed split. A version is a split table (doc_id, label, content_hash, split[, source_path]):
+what the split stage writes, and what a registered model's run carries.
+
+Texts are matched by content hash (ingest's normalised text), so a relabelled file, whose
+folder-based id changes with its class folder, is still the same document.
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+from textclf.io import UserError
+
+KINDS = ("added", "removed", "relabelled", "edited")
+EXAMPLES = 3  # documents named per kind
+NEEDED = ("doc_id", "label", "content_hash")
+
+
+def _check(frame: pd.DataFrame, which: str) -> pd.DataFrame:
+    missing = [c for c in NEEDED if c not in frame]
+    if missing:
+        raise UserError(f"the {which} data version has no column(s) {missing} (columns: "
+                        f"{list(frame.columns)}); it needs a split table from `dvc repro split`.")
+    if not frame["content_hash"].is_unique or not frame["doc_id"].is_unique:
+        raise UserError(f"the {which} data version holds a document twice (a content hash or an "
+                        "id appears in two rows); rerun `dvc repro ingest split` on it.")
+    if "source_path" not in frame:
+        frame = frame.assign(source_path=frame["doc_id"])
+    return frame.set_index("content_hash", drop=False)
+
+
+def _kind_table(old: pd.DataFrame, new: pd.DataFrame) -> pd.DataFrame:
+    """One row per document of either version with its kind (or "same") and both labels."""
+    both = old.index.intersection(new.index)
+    rows = [pd.DataFrame({"kind": "same", "label": new.loc[both, "label"],
+                          "old_label": old.loc[both, "label"], "path": new.loc[both, "source_path"]})]
+    rows[0].loc[rows[0]["label"] != rows[0]["old_label"], "kind"] = "relabelled"
+    gone, fresh = old.drop(both), new.drop(both)
+    edited_ids = set(gone["doc_id"]) & set(fresh["doc_id"])  # the same id now holds another text
+    kind = fresh["doc_id"].isin(edited_ids).map({True: "edited", False: "added"})
+    rows.append(pd.DataFrame({"kind": kind, "label": fresh["label"], "old_label": None,
+                              "path": fresh["source_path"]}))
+    removed = gone[~gone["doc_id"].isin(edited_ids)]
+    rows.append(pd.DataFrame({"kind": "removed", "label": None, "old_label": removed["label"],
+                              "path": removed["source_path"]}))
+    return pd.concat(rows)
+
+
+def _moves(old: pd.DataFrame, new: pd.DataFrame) -> dict:
+    """Documents present in both versions that sit in another split now."""
+    if "split" not in old or "split" not in new:
+        return {}
+    both = old.index.intersection(new.index)
+    pair = pd.DataFrame({"old": old.loc[both, "split"], "new": new.loc[both, "split"]})
+    moved = pair[pair["old"] != pair["new"]]
+    routes = moved.value_counts().sort_index()
+    return {"moved": len(moved), "test_to_train": int(routes.get(("test", "train"), 0)),
+            "by_route": {f"{a}->{b}": int(n) for (a, b), n in routes.items()}}
+
+
+def diff(old: pd.DataFrame, new: pd.DataFrame, examples: int = EXAMPLES) -> dict:
+    """The document-level diff of two split tables -> counts per kind and per class (a
+    relabelled document counts under its new class, a removed one under its old), a few
+    examples of each kind, and the documents that changed split."""
+    old, new = _check(old, "old"), _check(new, "new")
+    table = _kind_table(old, new)
+    out: dict = {"old_documents": len(old), "new_documents": len(new),
+                 "unchanged": int((table["kind"] == "same").sum())}
+    for kind in KINDS:
+        rows = table[table["kind"] == kind]
+        label = rows["old_label"] if kind == "removed" else rows["label"]
+        sample = rows.sort_values("path").head(examples)
+        per_class = label.value_counts().sort_index()
+        out[kind] = {"count": len(rows), "per_class": {str(k): int(n) for k, n in per_class.items()},
+                     "examples": [{"path": r.path, "label": r.label, "old_label": r.old_label}
+                                  if kind == "relabelled" else {"path": r.path}
+                                  for r in sample.itertuples()]}
+    out["split_moves"] = _moves(old, new)
+    return out
+
+
+def summary(found: dict) -> str:
+    """One line: the counts of each kind and of split moves."""
+    moves = found.get("split_moves") or {}
+    tail = f"; {moves['moved']} changed split ({moves['test_to_train']} test -> train)" if moves else ""
+    return ", ".join(f"{found[k]['count']} {k}" for k in KINDS) + f", {found['unchanged']} unchanged" + tail
