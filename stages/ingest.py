@@ -22,7 +22,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     setup_logging()
     params = load_params(args.params)["ingest"]
-    columns = Columns(params.text_column, params.label_column, params.id_column)
+    columns = Columns(params.text_column, params.label_column, params.id_column, params.tsv_quoting)
     report = write_corpus(params.source, args.corpus, params.max_bytes, params.min_per_class,
                           params.near_duplicates, columns)
     write_json(args.report, report)

@@ -73,7 +73,10 @@ class IngestParams:
     source: str = "data/sample"
     text_column: str = "text"  # tables: the column holding each document's text
     label_column: str = "label"  # tables: the column holding its class
-    id_column: str = ""  # tables: a column of stable ids (default: file name and row number)
+    id_column: str = ""  # tables: a column of stable ids (default: file path and row number)
+    # .tsv: off reads a `"` as text (GLUE and most exports); on, fields may be quoted and then
+    # hold tabs and newlines (pandas' to_csv(sep="\t") writes such files)
+    tsv_quoting: bool = False
     max_bytes: int = ranged(1_000_000, 1)  # larger files (or texts, in tables) are skipped (and counted)
     min_per_class: int = ranged(5, 1)  # fewer kept documents in a class is an error
     near_duplicates: NearDuplicateParams = field(default_factory=NearDuplicateParams)

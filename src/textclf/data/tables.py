@@ -1,17 +1,26 @@
 """Tabular corpus sources: CSV, TSV, JSON Lines (`.jsonl`, or `.json` holding one object per
 line) and Parquet files, the text formats optionally gzipped, one row per document with a text
 column and a label column. `ingest.source` names one such file, a glob of them, or a folder
-holding only them (a folder with sub-folders is the folder-per-class layout instead).
+holding them (a folder with sub-folders is the folder-per-class layout instead; other files
+beside the tables are listed and skipped).
 
 Rows come out as `Row`s in file and row order; a row that cannot be a document carries the
 reason (counted by the corpus rules, never fatal). CSV and Parquet are read by pyarrow in
-record batches; JSON Lines line by line, so that one malformed line is one skipped row.
+record batches, only the columns ingest needs; JSON Lines line by line, so that one malformed
+line is one skipped row. A row is named `<file>:<N>`, the file's path below the source's
+folder and the row's number (1-based, header not counted); a malformed row, which has no
+number, `<file>:line<L>`, the physical line it starts on (a CSV's header is line 1).
 """
 from __future__ import annotations
 
+import csv
 import glob
 import gzip
 import json
+import logging
+import sys
+import zlib
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -19,24 +28,36 @@ from typing import Iterator
 from textclf.data.text import decode
 from textclf.io import UserError, open_parquet
 
+log = logging.getLogger(__name__)
+
 FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet"}
 BATCH_ROWS = 10_000
+CSV_BLOCK_BYTES = 1 << 22
 MALFORMED, NO_LABEL, EMPTY_TEXT, NOT_STRING = "malformed_line", "missing_label", "empty_text", "non_string"
+SHOWN = 5  # file and column names an error line lists before counting the rest
 
 
 @dataclass(frozen=True)
 class Columns:
+    """Where a table's documents are: its columns, and whether a TSV quotes fields."""
     text: str = "text"
     label: str = "label"
     id: str = ""  # empty: a row's id is its file and row number
+    tsv_quoting: bool = False  # off: a `"` in a .tsv is text, as GLUE and most exports write it
 
 
 @dataclass(frozen=True)
 class Row:
-    ref: str  # file:row, or the id column's value: the document's stable path
+    at: str  # file:row (or file:lineL for a malformed row): where the row is
     label: str = ""
     text: str = ""
     problem: str | None = None
+    id: str = ""  # the id column's value
+
+    @property
+    def ref(self) -> str:
+        """The document's stable path: its id, or where it is."""
+        return self.id or self.at
 
 
 def table_format(path: Path) -> str | None:
@@ -46,27 +67,58 @@ def table_format(path: Path) -> str | None:
     return None if fmt == "parquet" and path.name.lower().endswith(".gz") else fmt
 
 
-def table_files(source: str) -> list[Path] | None:
-    """The table files `source` names (a file, a glob, or a folder holding only tables), or
-    None when it is not a tabular source."""
-    if any(c in source for c in "*?["):
-        files = sorted(Path(p) for p in glob.glob(source) if Path(p).is_file())
-        if not files:
-            raise UserError(f"ingest.source={source!r} matches no file; fix the pattern.")
-    elif Path(source).is_file():
-        files = [Path(source)]
-    elif Path(source).is_dir():
-        children = [p for p in sorted(Path(source).iterdir()) if not p.name.startswith(".")]
-        if not children or any(p.is_dir() or table_format(p) is None for p in children):
-            return None  # a folder of class folders (or an archive's): not tabular
-        files = children
-    else:
+def is_glob(source: str) -> bool:
+    """A pattern: holds `*`, `?` or `[` and names no existing path (`news [v2]` may be a folder)."""
+    return any(c in source for c in "*?[") and not Path(source).exists()
+
+
+def source_root(source: str) -> Path:
+    """The folder row ids are relative to: the source folder, a file's parent, or a glob's
+    folders before its first wildcard (`data/*/part-0.csv` -> `data`)."""
+    path = Path(source)
+    if not is_glob(source):
+        return path if path.is_dir() else path.parent
+    fixed = []
+    for part in path.parts[:-1]:
+        if any(c in part for c in "*?["):
+            break
+        fixed.append(part)
+    return Path(*fixed) if fixed else Path(".")
+
+
+def _folder_listing(folder: Path) -> tuple[list[Path], list[str]] | None:
+    """A folder's (table files, names of the other files), or None when it holds sub-folders
+    or no table (the folder-per-class layout). A link out of the folder is never read."""
+    children = [p for p in sorted(folder.iterdir()) if not p.name.startswith(".")]
+    if any(p.is_dir() for p in children):
         return None
+    inside = folder.resolve()
+    tables = [p for p in children if table_format(p) and p.is_file()
+              and (not p.is_symlink() or p.resolve().is_relative_to(inside))]
+    return (tables, [p.name for p in children if p not in tables]) if tables else None
+
+
+def not_tables(source: str) -> list[str]:
+    """The files beside the tables of a table folder, which ingest skips."""
+    listing = _folder_listing(Path(source)) if Path(source).is_dir() else None
+    return listing[1] if listing else []
+
+
+def table_files(source: str) -> list[Path] | None:
+    """The table files `source` names (a file, a glob, or a folder holding tables), or None
+    when it is not a tabular source."""
+    path = Path(source)
+    if not is_glob(source):
+        if path.is_dir():
+            listing = _folder_listing(path)
+            return listing[0] if listing else None
+        return [path] if path.is_file() and table_format(path) else None  # else: sources.py says
+    files = sorted(Path(p) for p in glob.glob(source) if Path(p).is_file())
+    if not files:
+        raise UserError(f"ingest.source={source!r} matches no file; fix the pattern.")
     odd = [str(p) for p in files if table_format(p) is None]
     if odd:
-        if len(files) == 1 and not any(c in source for c in "*?["):
-            return None  # one file that is no table: an archive, or unknown (sources.py says)
-        raise UserError(f"ingest.source={source!r} holds files that are not tables: {odd[:3]}; "
+        raise UserError(f"ingest.source={source!r} matches files that are not tables: {odd[:3]}; "
                         f"tabular sources end in {', '.join(FORMATS)} (text formats may be .gz).")
     return files
 
@@ -82,90 +134,148 @@ def _value(value, kind: str) -> tuple[str, str | None]:
     return "", NOT_STRING
 
 
-def _row(ref: str, record: dict, cols: Columns) -> Row:
+def _row(at: str, record: dict, cols: Columns) -> Row:
     text, problem = _value(record.get(cols.text), "text")
     label, label_problem = _value(record.get(cols.label), "label")
-    if cols.id:
-        ident, _ = _value(record.get(cols.id), "label")
-        ref = ident or ref
-    return Row(ref, label, text, problem or label_problem)
+    ident = _value(record.get(cols.id), "label")[0] if cols.id else ""
+    return Row(at, label, text, problem or label_problem, ident)
 
 
-def _check_columns(path: Path, found: list[str], cols: Columns) -> None:
-    missing = [c for c in (cols.text, cols.label, cols.id) if c and c not in found]
+def _wanted(cols: Columns) -> list[str]:
+    return list(dict.fromkeys(c for c in (cols.text, cols.label, cols.id) if c))
+
+
+def _check_columns(path: Path, found: list[str], cols: Columns, whose: str = "its columns") -> None:
+    missing = [c for c in _wanted(cols) if c not in found]
     if missing:
-        raise UserError(f"{path} has no column {', '.join(map(repr, missing))}; its columns are "
-                        f"{found}. Set ingest.text_column / ingest.label_column / ingest.id_column.")
+        more = f" and {len(found) - 20} more" if len(found) > 20 else ""
+        raise UserError(f"{path} has no column {', '.join(map(repr, missing))}; {whose} are "
+                        f"{found[:20]}{more}. Set ingest.text_column / ingest.label_column / ingest.id_column.")
 
 
-def _arrow_rows(path: Path, fmt: str, cols: Columns, malformed: list[int]) -> Iterator[dict]:
-    import pyarrow as pa  # here: ingest of a folder never needs it
+def _csv_batches(path: Path, fmt: str, cols: Columns, skipped: list[int]):
+    """pyarrow's CSV reader over the needed columns only, as strings: the types of the others,
+    inferred from the first block, could fail on a later one. `skipped` gets the record number
+    of each row with the wrong number of fields."""
+    import pyarrow as pa
+    import pyarrow.csv as pcsv
 
-    wanted = [c for c in (cols.text, cols.label, cols.id) if c]
+    def skip(row) -> str:
+        skipped.append(row.number)
+        return "skip"
+    quoting = fmt == "csv" or cols.tsv_quoting
+    parse = pcsv.ParseOptions(delimiter="\t" if fmt == "tsv" else ",", quote_char='"' if quoting else False,
+                              newlines_in_values=quoting, invalid_row_handler=skip)
+    # One thread: only then does pyarrow number the rows it skips (no slower, measured).
+    read = pcsv.ReadOptions(block_size=CSV_BLOCK_BYTES, use_threads=False)
+    wanted = _wanted(cols)
+    convert = pcsv.ConvertOptions(include_columns=wanted, column_types={c: pa.string() for c in wanted},
+                                  strings_can_be_null=False)
+    try:
+        return pcsv.open_csv(path, read, parse, convert)
+    except pa.ArrowKeyError:  # a needed column is not in the header: name those that are
+        _check_columns(path, pcsv.open_csv(path, read, parse).schema.names, cols)
+        raise
+
+
+def _physical_lines(path: Path, fmt: str, cols: Columns, records: list[int]) -> dict[int, int]:
+    """pyarrow numbers a CSV's records (the header is 1, blank lines are not counted) -> the
+    physical line each of `records` starts on, further down once a quoted value holds a
+    newline. Python's csv reads the file again, so only a file with malformed rows pays."""
+    quoting = csv.QUOTE_MINIMAL if fmt == "csv" or cols.tsv_quoting else csv.QUOTE_NONE
+    csv.field_size_limit(sys.maxsize)  # a text field may be long; the default stops at 128 KiB
+    wanted, last, lines, number, start = set(records), max(records), {}, 0, 1
+    opener = gzip.open if path.name.lower().endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8-sig", errors="replace", newline="") as fh:
+        reader = csv.reader(fh, delimiter="\t" if fmt == "tsv" else ",", quoting=quoting)
+        for record in reader:
+            if record:
+                number += 1
+                if number in wanted:
+                    lines[number] = start
+                if number >= last:
+                    break
+            start = reader.line_num + 1
+    return lines
+
+
+def _arrow_rows(path: Path, name: str, fmt: str, cols: Columns) -> Iterator[Row]:
+    wanted, malformed = _wanted(cols), []
     if fmt == "parquet":
         reader = open_parquet(path)
         _check_columns(path, reader.schema_arrow.names, cols)
         batches = reader.iter_batches(batch_size=BATCH_ROWS, columns=wanted)
     else:
-        import pyarrow.csv as pcsv
-
-        def skip(row) -> str:  # a row with the wrong number of fields
-            malformed.append(row.number or 0)
-            return "skip"
-        try:
-            batches = pcsv.open_csv(
-                path, read_options=pcsv.ReadOptions(block_size=1 << 22),
-                parse_options=pcsv.ParseOptions(delimiter="\t" if fmt == "tsv" else ",",
-                                                newlines_in_values=True, invalid_row_handler=skip),
-                convert_options=pcsv.ConvertOptions(column_types={c: pa.string() for c in wanted},
-                                                    strings_can_be_null=False))
-        except pa.ArrowInvalid as err:
-            raise UserError(f"{path} is not a readable {fmt.upper()} file ({str(err).splitlines()[0]}); "
-                            "tables must be UTF-8 with a header row.") from None
-        _check_columns(path, batches.schema.names, cols)
-    try:
-        for batch in batches:
-            yield from batch.select(wanted).to_pylist()
-    except pa.ArrowInvalid as err:
-        raise UserError(f"{path} could not be read ({str(err).splitlines()[0]}); tables must be "
-                        "UTF-8 with a header row.") from None
+        batches = _csv_batches(path, fmt, cols, malformed)
+    n = 0
+    for batch in batches:
+        for n, record in enumerate(batch.select(wanted).to_pylist(), n + 1):
+            yield _row(f"{name}:{n}", record, cols)
+    if malformed and fmt == "tsv" and not cols.tsv_quoting:
+        log.warning("%s: %d row(s) with the wrong number of fields; if the file quotes fields that "
+                    "hold tabs or newlines, set ingest.tsv_quoting: true", path, len(malformed))
+    lines = _physical_lines(path, fmt, cols, malformed) if malformed else {}
+    for number in malformed:
+        yield Row(f"{name}:line{lines.get(number, '?')}", problem=MALFORMED)
 
 
-def _jsonl_rows(path: Path, cols: Columns) -> Iterator[dict | None]:
-    """One dict per line (None for a malformed one); the lines decode as files do."""
+def _jsonl_rows(path: Path, name: str, cols: Columns) -> Iterator[Row]:
+    """One Row per non-blank line, decoded as files are. The columns are checked across the
+    file: an export may leave a null field out of any object, the first one too."""
     opener = gzip.open if path.name.lower().endswith(".gz") else open
-    checked = False
+    pending, seen, n = set(_wanted(cols)), {}, 0
     with opener(path, "rb") as fh:
-        for raw in fh:
+        for line, raw in enumerate(fh, 1):
             if not raw.strip():
                 continue
+            n += 1
             text, _ = decode(raw)
             try:
                 record = json.loads(text) if text is not None else None
             except json.JSONDecodeError:
                 record = None
             if not isinstance(record, dict):
-                yield None
+                yield Row(f"{name}:line{line}", problem=MALFORMED)
                 continue
-            if not checked:  # the first object names the columns
-                _check_columns(path, list(record), cols)
-                checked = True
-            yield record
+            if pending:  # the columns objects hold, until every needed one was seen
+                seen.update(dict.fromkeys(record))
+                pending.difference_update(record)
+            yield _row(f"{name}:{n}", record, cols)
+    if pending and seen:
+        _check_columns(path, list(seen), cols, "its objects' columns")
 
 
-def read_rows(files: list[Path], cols: Columns) -> Iterator[Row]:
-    """Every row of every file, as a Row; `ref` is `<file name>:<row>` (1-based, header not
-    counted) unless cols.id names the id column."""
+def read_rows(files: list[Path], cols: Columns, root: Path) -> Iterator[Row]:
+    """Every row of every file, as a Row whose `at` names the file by its path below `root`
+    (so that same-named files in two folders stay apart). A file that cannot be read stops
+    ingest in one line naming it."""
+    import pyarrow as pa  # here: ingest of a folder never needs it
+
     for path in files:
         fmt = table_format(path)
-        if fmt == "jsonl":
-            for n, record in enumerate(_jsonl_rows(path, cols), 1):
-                ref = f"{path.name}:{n}"
-                yield Row(ref, problem=MALFORMED) if record is None else _row(ref, record, cols)
-            continue
-        malformed: list[int] = []
-        n = 0
-        for n, record in enumerate(_arrow_rows(path, fmt, cols, malformed), 1):
-            yield _row(f"{path.name}:{n}", record, cols)
-        for i, line in enumerate(malformed, 1):
-            yield Row(f"{path.name}:line{line or n + i}", problem=MALFORMED)
+        name = path.relative_to(root).as_posix()
+        try:
+            yield from _jsonl_rows(path, name, cols) if fmt == "jsonl" else _arrow_rows(path, name, fmt, cols)
+        except (pa.ArrowException, OSError, EOFError, zlib.error) as err:
+            detail = str(err).splitlines()[0] if str(err) else type(err).__name__
+            need = {"parquet": "a whole Parquet file", "jsonl": "UTF-8 JSON Lines"}.get(
+                fmt, "UTF-8 with a header row") + (", and the .gz whole" if path.name.lower().endswith(".gz") else "")
+            raise UserError(f"{path} could not be read as {fmt.upper()} ({detail}); it must be {need}: "
+                            "fix or remove the file.") from None
+
+
+def nothing_usable(source: str, files: list[Path], rows: int, skipped: Counter, cols: Columns) -> str:
+    """The error line for tables that gave no document: what was read, and why each row was skipped."""
+    reason = skipped.most_common(1)[0][0] if skipped else None
+    hint = {None: "the tables hold no rows",
+            MALFORMED: "a row needs the header's number of fields, JSON Lines one object per line "
+                       "(a .json holding one JSON array is not JSON Lines)",
+            NOT_STRING: f"ingest.text_column={cols.text!r} must hold strings (labels: strings or integers)",
+            EMPTY_TEXT: f"ingest.text_column={cols.text!r} must name the column holding the text",
+            NO_LABEL: f"ingest.label_column={cols.label!r} must name the column holding the class",
+            "too_large": "a longer text than ingest.max_bytes is skipped"}.get(reason, "see the skip reasons")
+    where = str(files[0]) if len(files) == 1 else (
+        f"{len(files)} tables of ingest.source={source!r} ({', '.join(p.name for p in files[:SHOWN])}"
+        f"{', …' if len(files) > SHOWN else ''})")
+    return (f"no usable row in {where}: {rows} row(s) read, skipped {dict(sorted(skipped.items()))}; "
+            f"{hint}.")
