@@ -150,7 +150,8 @@ def _check_columns(path: Path, found: list[str], cols: Columns, whose: str = "it
     if missing:
         more = f" and {len(found) - 20} more" if len(found) > 20 else ""
         raise UserError(f"{path} has no column {', '.join(map(repr, missing))}; {whose} are "
-                        f"{found[:20]}{more}. Set ingest.text_column / ingest.label_column / ingest.id_column.")
+                        f"{found[:20]}{more}. Set ingest.text_column / ingest.label_column / "
+                        "ingest.id_column.")
 
 
 def _csv_batches(path: Path, fmt: str, cols: Columns, skipped: list[int]):
@@ -258,8 +259,9 @@ def read_rows(files: list[Path], cols: Columns, root: Path) -> Iterator[Row]:
             yield from _jsonl_rows(path, name, cols) if fmt == "jsonl" else _arrow_rows(path, name, fmt, cols)
         except (pa.ArrowException, OSError, EOFError, zlib.error) as err:
             detail = str(err).splitlines()[0] if str(err) else type(err).__name__
+            gz = ", and the .gz whole" if path.name.lower().endswith(".gz") else ""
             need = {"parquet": "a whole Parquet file", "jsonl": "UTF-8 JSON Lines"}.get(
-                fmt, "UTF-8 with a header row") + (", and the .gz whole" if path.name.lower().endswith(".gz") else "")
+                fmt, "UTF-8 with a header row") + gz
             raise UserError(f"{path} could not be read as {fmt.upper()} ({detail}); it must be {need}: "
                             "fix or remove the file.") from None
 
