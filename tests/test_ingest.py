@@ -425,7 +425,7 @@ def test_main_writes_parquet_and_report(tmp_path):
     ingest.main(["--params", str(params), "--corpus", str(corpus), "--report", str(report_path)])
     frame = pd.read_parquet(corpus)
     assert list(frame.columns) == ["doc_id", "label", "text", "source_path", "content_hash",
-                                   "encoding", "group"]
+                                   "encoding", "group", "split_key"]
     assert len(frame) == 6 and frame.doc_id.is_unique
     report = json.loads(report_path.read_text(encoding="utf-8"))
     assert report["files_seen"] == 7 and report["kept"] == 6

@@ -101,8 +101,13 @@ class SplitParams:
     fractions: dict = field(
         default_factory=lambda: {"train": 0.7, "validation": 0.15, "test": 0.15})
     seed: int = ranged(42, 0, 2**32 - 1)
+    # stable: a group's split follows from its key alone, so adding or removing documents moves
+    # no other (approximate class counts) | stratified_shuffle: exact class counts on a fixed
+    # corpus, reshuffled by any change (docs/data_versions.md)
+    method: str = "stable"
 
     def __post_init__(self):
+        _choice("split.method", self.method, ("stable", "stratified_shuffle"))
         names = ("train", "validation", "test")
         if sorted(self.fractions) != sorted(names):
             raise UserError(f"params.yaml: split.fractions has keys {sorted(self.fractions)}; "
