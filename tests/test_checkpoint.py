@@ -3,6 +3,7 @@ is found before resuming; the checkpoint is discarded in one warning naming the 
 training falls back to an older complete checkpoint, else starts over. A real Accelerate
 save (model, optimizer, scheduler, RNG states) of a small linear model: no training needed."""
 import logging
+import os
 import shutil
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import torch
 from accelerate import Accelerator
 from torch import nn
 
+from textclf.io import read_json
 from textclf.train.checkpoint import MANIFEST, STATE, TENSORS, Checkpointer, Progress, damage
 
 KEY = "k1"
@@ -102,3 +104,20 @@ def test_with_no_complete_checkpoint_training_starts_over(saved, tmp_path, caplo
 def test_another_key_discards_every_checkpoint(saved, tmp_path):
     folder = shutil.copytree(saved, tmp_path / "ckpt")
     assert Checkpointer(folder, "other params").find() is None and not folder.exists()
+
+
+def save_on_rank(rank: int, folder: str, port: int) -> None:
+    """One of 2 gloo ranks: a step checkpoint of an epoch whose summed loss differs per rank."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
+                      WORLD_SIZE="2")
+    accelerator, _, _ = prepared_linear()
+    Checkpointer(folder, KEY, every=1, main=rank == 0).after_step(accelerator, 1, 1, torch.tensor(1.0 + 2 * rank))
+
+
+def test_two_ranks_save_the_mean_of_their_losses(tmp_path):
+    """Each rank resumes from the saved loss_sum and the epoch's loss is the mean over ranks of
+    their sums: with rank 0's alone saved (1.0 of 1.0 and 3.0), a resumed epoch's train_loss
+    came out 1.0 / steps lower than the uninterrupted one's. Saved: the mean, 2.0."""
+    from conftest import free_port  # here, not at the top: each rank imports this module
+    torch.multiprocessing.spawn(save_on_rank, (str(tmp_path / "ckpt"), free_port()), nprocs=2)
+    assert read_json(tmp_path / "ckpt" / "epoch-0-step-1" / STATE)["loss_sum"] == 2.0

@@ -179,7 +179,10 @@ class Checkpointer:
         """Called by the loop after optimizer step `step` of `epoch` (1-based)."""
         stop = _agreed(accelerator, interrupt_pending())
         if (self.every and step % self.every == 0) or stop:
-            self.save(accelerator, Progress(epoch - 1, step, float(loss_sum), self.extra_state()))
+            # every rank resumes from this one sum, and the epoch's loss is the mean over ranks
+            # of their sums: so save the mean of the sums so far, not rank 0's
+            mean = float(accelerator.reduce(loss_sum, "mean"))  # one process: loss_sum itself
+            self.save(accelerator, Progress(epoch - 1, step, mean, self.extra_state()))
         if stop:
             raise_if_interrupted(signal.SIGTERM)
 
