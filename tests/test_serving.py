@@ -5,9 +5,11 @@ import ast
 import importlib
 import importlib.metadata
 import json
+import logging
 import os
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -17,6 +19,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from textclf import serve
+from textclf.inference.model_uri import model_folder
 from textclf.inference.predictor import Predictor
 
 from conftest import REPO, free_port, server, venv_env
@@ -117,6 +121,41 @@ def test_predict_refuses_binary_behind_a_utf16_bom(tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
     with pytest.raises(ValueError, match=r"stdin is not text \(binary\)"):
         read_inputs([])
+
+
+def serve_refuses_to_start(argv: list[str], caplog) -> str:
+    """textclf.serve stops before serving: exit 1 and one ERROR line, no traceback -> that line."""
+    caplog.clear()
+    with pytest.raises(SystemExit) as stopped:
+        serve.main([*argv, "--port", str(free_port())])
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert stopped.value.code == 1 and len(errors) == 1, [r.getMessage()[:300] for r in errors]
+    line = errors[0].getMessage()
+    assert "\n" not in line and not errors[0].exc_info and "Traceback" not in caplog.text, caplog.text[-3000:]
+    return line
+
+
+def test_a_models_uri_with_the_tracking_server_down_fails_in_seconds_in_one_line(monkeypatch, caplog):
+    """predict and serve: MLflow's own client retries a closed port for about 250 s."""
+    uri = f"http://127.0.0.1:{free_port()}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    started = time.monotonic()
+    with pytest.raises(ValueError) as caught:
+        model_folder("models:/textclf@champion")
+    message = str(caught.value)
+    assert f"MLflow tracking server {uri} is unreachable" in message and "\n" not in message
+    line = serve_refuses_to_start(["models:/textclf@champion"], caplog)
+    assert f"MLflow tracking server {uri} is unreachable" in line
+    assert time.monotonic() - started < 20
+
+
+def test_textclf_serve_refuses_a_bad_model_at_start_up_in_one_line(trained, tmp_path, caplog):
+    (tmp_path / "empty").mkdir()
+    lines = {uri: serve_refuses_to_start([uri], caplog) for uri in
+             ("models:/textclf@nosuch", str(tmp_path / "nope"), str(tmp_path / "empty"))}
+    assert "models:/textclf@nosuch" in lines["models:/textclf@nosuch"]
+    assert "no such folder" in lines[str(tmp_path / "nope")]
+    assert "no MLmodel" in lines[str(tmp_path / "empty")]
 
 
 def test_mlflow_models_predict_offline(trained, tmp_path):
@@ -253,7 +292,10 @@ def test_textclf_serve_refuses_malformed_requests_in_one_line(trained, tmp_path)
                "not utf-8": post(url, b'{"inputs": ["caf\xe9 %s"]}' % SECRET.encode()),
                "no text column": invoke(url, [SECRET], column=SECRET),
                "no format key": post(url, json.dumps({SECRET: [SECRET]}).encode()),
-               "empty": invoke(url, [SECRET, ""])}
+               "empty": invoke(url, [SECRET, ""]),
+               "nested 50 000 deep": post(url, b'{"inputs": %s"%s"%s}' % (b"[" * 50_000, SECRET.encode(),
+                                                                        b"]" * 50_000))}
+        healthy = invoke(url, TEXTS)[0]
     assert status == 200 and len(answer["predictions"]) == len(TEXTS)
     assert_refused_in_one_line(bad)
     assert bad["not json"][1]["message"].startswith("the request body is not valid JSON in UTF-8")
@@ -261,3 +303,5 @@ def test_textclf_serve_refuses_malformed_requests_in_one_line(trained, tmp_path)
     assert bad["no text column"][1]["message"].startswith("the request does not have the model's input")
     assert bad["no format key"][1]["message"].startswith("the request is not in the scoring format")
     assert "inputs [1] are empty" in bad["empty"][1]["message"]
+    assert bad["nested 50 000 deep"][1]["message"].startswith("the request body nests too deep")
+    assert healthy == 200 and "RecursionError" not in (tmp_path / "serve.log").read_text()

@@ -15,7 +15,8 @@ import sys
 from pathlib import Path
 
 from textclf.data.text import decode
-from textclf.inference.predictor import Predictor, model_folder
+from textclf.inference.model_uri import model_folder
+from textclf.inference.predictor import Predictor
 from textclf.io import UserError, run_stage
 
 

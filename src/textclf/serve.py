@@ -14,13 +14,16 @@ import argparse
 import json
 import logging
 import os
+import sys
 
 from textclf.inference.serving import REFUSED
+from textclf.io import UserError
 
 MODEL_ENV = "TEXTCLF_SERVE_MODEL"  # how each uvicorn worker learns the model URI
 FORMAT = ('send JSON such as {"dataframe_split": {"columns": ["text"], "data": [["one text"]]}} '
           "with Content-Type: application/json")
 # MLflow's error classes -> what was wrong, in our words; anything else gets the generic line
+DEEP = f"the request body nests too deep to be read as JSON: {FORMAT}."
 REASONS = {"SCHEMA_ENFORCEMENT_FAILED": "the request does not have the model's input, one string "
                                         "column named 'text'"}
 log = logging.getLogger(__name__)
@@ -50,7 +53,11 @@ def build_app():
 
     @app.middleware("http")
     async def refusals_in_one_line(request: Request, call_next):
-        response = await call_next(request)
+        try:
+            response = await call_next(request)
+        except RecursionError:  # json.loads of a body nested thousands deep; the server is fine
+            return Response(json.dumps({"error_code": "BAD_REQUEST", "message": DEEP}), 400,
+                            media_type="application/json")
         if not 400 <= response.status_code < 500:
             return response
         body = b"".join([chunk async for chunk in response.body_iterator])
@@ -74,8 +81,15 @@ def main(argv: list[str] | None = None) -> None:
     import uvicorn
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    os.environ[MODEL_ENV] = args.model_uri
-    log.info("serving %s on http://%s:%d", args.model_uri, args.host, args.port)
+    from textclf.inference.model_uri import pyfunc_folder  # mlflow, not torch: the workers load that
+
+    try:  # once, before the workers start: a bad model is one line, not a traceback per worker
+        local = pyfunc_folder(args.model_uri)
+    except UserError as err:
+        log.error("%s", err)
+        sys.exit(1)
+    os.environ[MODEL_ENV] = str(local)
+    log.info("serving %s (%s) on http://%s:%d", args.model_uri, local, args.host, args.port)
     uvicorn.run("textclf.serve:build_app", factory=True, host=args.host, port=args.port,
                 workers=args.workers)
 

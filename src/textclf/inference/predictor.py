@@ -49,22 +49,3 @@ class Predictor:
 
     def predict(self, texts: list[str]) -> pd.DataFrame:
         return probability_frame(self.predict_proba(list(texts)), self.labels)
-
-
-def model_folder(model: str) -> Path:
-    """A model folder, or an MLflow model URI (`models:/textclf@champion`, `runs:/…`,
-    `models:/m-…`) -> the model folder inside the downloaded pyfunc."""
-    if ":/" not in model:
-        return Path(model)
-    import mlflow  # only for URIs: a local folder needs no tracking store
-    import yaml
-
-    from textclf.tracking.runs import tracking_uri
-    mlflow.set_tracking_uri(tracking_uri())
-    try:
-        local = Path(mlflow.artifacts.download_artifacts(artifact_uri=model))
-    except mlflow.exceptions.MlflowException as err:
-        raise UserError(f"{model}: {err.message.splitlines()[0]} (tracking store "
-                         f"{mlflow.get_tracking_uri()}; set MLFLOW_TRACKING_URI).") from None
-    flavor = yaml.safe_load((local / "MLmodel").read_text())["flavors"]["python_function"]
-    return local / flavor["artifacts"]["model_dir"]["path"]

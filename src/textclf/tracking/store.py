@@ -19,6 +19,11 @@ from textclf.io import UserError, read_json
 from textclf.tracking.runs import EXPERIMENT, run_exists, tracking_uri, use_experiment
 
 NOISY = ("mlflow.store.db.utils", "urllib3.connectionpool")  # a traceback, a line per retry
+# MLflow's client retries a dead server for minutes (7 tries, backoff factor 2, 120 s a try).
+# Training's calls, and predict's and serve's download of a model, give up within seconds
+# instead (store_calls); a user's own setting of these variables wins.
+QUICK_HTTP = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+              "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
 
 
 def _fix(uri: str) -> str:
@@ -80,6 +85,13 @@ def _check_server(uri: str, timeout: float) -> None:
         detail = (detail.strip().splitlines() or [resp.reason])[0][:300]
         raise UserError(f"MLflow tracking server {uri} answers, but its backend store fails (HTTP "
                         f"{resp.status_code}: {detail}): {_BACKEND_FIX}.")
+
+
+def check_readable(uri: str, timeout: float = 10.0) -> None:
+    """Fail in one line, in seconds, when a tracking server cannot be read (predict and serve
+    only read a model); a database or a folder store has no server to be down."""
+    if uri.startswith(("http://", "https://")):
+        _check_server(uri, timeout)
 
 
 def check_store(uri: str, timeout: float = 10.0) -> None:

@@ -15,17 +15,12 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
 from textclf.io import UserError, expected, write_csv, write_json
-from textclf.tracking.store import store_calls
+from textclf.tracking.store import QUICK_HTTP, store_calls
 from textclf.train import guards
 
 log = logging.getLogger("train")
 CURVE_FIELDS = ["epoch", "train_loss", "val_loss", "val_accuracy", "val_macro_f1", "top_share",
                 "pred_entropy", "collapsed"]
-# MLflow's client retries a dead server for minutes (7 tries, backoff factor 2, 120 s a try).
-# Training's own calls give up within seconds instead and keep what failed for the next
-# flush; a user's own setting of these variables wins.
-QUICK_HTTP = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
-              "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
 
 
 class NoTracking:

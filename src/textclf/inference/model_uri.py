@@ -1,0 +1,48 @@
+"""Where an MLflow model URI points: the local folder of the logged model, downloaded with
+the quick store settings, so that predict and serve fail in one line within seconds when the
+tracking server is down or the model is not there. mlflow is imported only for a URI."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from textclf.io import UserError
+
+
+def pyfunc_folder(model: str) -> Path:
+    """An MLflow model: a URI (`models:/textclf@champion`, `runs:/…`, `models:/m-…`) or a
+    folder -> the local folder that holds its MLmodel, in one line and within seconds when
+    the tracking server is down (MLflow's own client retries for minutes) or the model is not
+    there."""
+    local = Path(model) if ":/" not in model else _download(model)
+    if not (local / "MLmodel").is_file():
+        what = "no MLmodel file in it" if local.is_dir() else "no such folder"
+        raise UserError(f"{model} is not an MLflow model ({what}); pass a logged model: "
+                         "models:/textclf@champion, runs:/<run id>/model or the folder holding its MLmodel.")
+    return local
+
+
+def _download(model: str) -> Path:
+    import mlflow  # only for URIs: a local folder needs no tracking store
+
+    from textclf.tracking.runs import tracking_uri
+    from textclf.tracking.store import QUICK_HTTP, check_readable, store_calls
+    mlflow.set_tracking_uri(tracking_uri())
+    check_readable(mlflow.get_tracking_uri())
+    try:
+        with store_calls(QUICK_HTTP):
+            return Path(mlflow.artifacts.download_artifacts(artifact_uri=model))
+    except mlflow.exceptions.MlflowException as err:
+        raise UserError(f"{model}: {err.message.splitlines()[0]} (tracking store "
+                         f"{mlflow.get_tracking_uri()}; set MLFLOW_TRACKING_URI).") from None
+
+
+def model_folder(model: str) -> Path:
+    """A model folder written by the train stage, or an MLflow model URI -> the model folder
+    inside the downloaded pyfunc."""
+    if ":/" not in model:
+        return Path(model)
+    import yaml
+
+    local = pyfunc_folder(model)
+    flavor = yaml.safe_load((local / "MLmodel").read_text())["flavors"]["python_function"]
+    return local / flavor["artifacts"]["model_dir"]["path"]
