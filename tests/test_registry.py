@@ -2,6 +2,8 @@
 and predicting from and serving `models:/textclf@champion`. Real SQLite store; the encoder is the tiny
 RANDOM BERT from conftest (wiring, not accuracy)."""
 import json
+import logging
+import socket
 import subprocess
 import sys
 import time
@@ -9,7 +11,7 @@ import time
 import pytest
 from mlflow.tracking import MlflowClient
 
-from textclf.tracking.registry import SPLIT_TAG, best_version, split_hash
+from textclf.tracking.registry import SPLIT_HASH_PREFIX, SPLIT_TAG, best_version, register, split_hash
 from textclf.severity import severity
 
 from conftest import REPO, free_port, run_baseline, run_evaluate, run_train, server, venv_env
@@ -46,6 +48,19 @@ def test_every_guard_status_has_one_severity():
         severity("odd")
 
 
+def logged_runs(uri: str, n: int) -> list[dict]:
+    """n runs with a (stub) logged model, as register() gets them from a training."""
+    import mlflow
+    mlflow.set_tracking_uri(uri)  # conftest restores it after the test
+    runs = []
+    for _ in range(n):
+        with mlflow.start_run() as active:
+            mlflow.log_text("flavors: {}", "model/MLmodel")
+        runs.append({"tracking_uri": uri, "run_id": active.info.run_id,
+                     "model_uri": f"runs:/{active.info.run_id}/model"})
+    return runs
+
+
 RACER = """import json, sys, time
 from pathlib import Path
 from mlflow.tracking import MlflowClient
@@ -68,15 +83,8 @@ print(json.dumps(registry.register(run, "racing", tags)))"""
 def test_two_racing_evaluates_leave_the_better_version_champion(tmp_path):
     """Evaluate A (macro-F1 0.70) decides, then stalls before writing the alias; evaluate B
     (0.90) registers, decides and writes meanwhile; then A writes. The champion must end on B."""
-    import mlflow
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    mlflow.set_tracking_uri(uri)  # conftest restores it after the test
-    runs = []
-    for _ in range(2):
-        with mlflow.start_run() as active:
-            mlflow.log_text("flavors: {}", "model/MLmodel")
-        runs.append({"tracking_uri": uri, "run_id": active.info.run_id,
-                     "model_uri": f"runs:/{active.info.run_id}/model"})
+    runs = logged_runs(uri, 2)
     env = {**venv_env(), "PYTHONPATH": str(REPO / "src")}
     stalled, go = tmp_path / "a-stalled", tmp_path / "a-go"
 
@@ -98,8 +106,23 @@ def test_two_racing_evaluates_leave_the_better_version_champion(tmp_path):
     assert json.loads(a.stdout.read())["champion"] == 2
 
 
-def test_split_hash_is_the_set_of_documents():
-    assert split_hash(["b", "a"]) == split_hash(["a", "b"]) != split_hash(["a", "c"])
+def test_split_hash_is_the_set_of_documents_and_their_labels():
+    docs = [("b", "sport"), ("a", "tech")]
+    assert split_hash(docs) == split_hash(docs[::-1]) != split_hash([("a", "tech"), ("c", "sport")])
+    assert split_hash(docs) != split_hash([("b", "sport"), ("a", "sport")])  # one document relabelled
+    assert split_hash(docs).startswith(SPLIT_HASH_PREFIX)
+
+
+def test_a_champion_hashed_without_labels_counts_as_another_split(tmp_path, caplog):
+    """A version registered before labels were hashed: its bare md5 could name a split with
+    other ground truth, so a new version is never compared with it, and the log says why."""
+    old, new = logged_runs(f"sqlite:///{tmp_path / 'mlflow.db'}", 2)
+    assert register(old, "m", {**PASS, SPLIT_TAG: "0cc175b9c0f1b6a831c399e269772661"})["promoted"]
+    with caplog.at_level(logging.INFO, logger="textclf.tracking.registry"):
+        decision = register(new, "m", {**PASS, "test_macro_f1": "0.99", SPLIT_TAG: split_hash([("a", "x")])})
+    assert (decision["promoted"], decision["champion"]) == (False, 1)
+    assert "test-split hash made without labels" in decision["reason"]
+    assert "made without labels" in caplog.text
 
 
 def evaluate_run(p, tmp, guards: dict) -> dict:
@@ -177,3 +200,67 @@ def test_logging_a_dataset_another_training_inserted_at_the_same_moment_is_retri
     assert len(calls) == 2
     inputs = MlflowClient(uri).get_run(active.info.run_id).inputs.dataset_inputs
     assert [d.dataset.name for d in inputs] == ["tokens"]
+
+
+def test_the_sweep_leaves_the_runs_of_another_machine_with_the_same_hostname(tmp_path):
+    """Cloned VMs, containers: one hostname, other pids. Only a run tagged with this machine
+    (or, logged before the tag existed, with no machine) is judged by its pid here."""
+    import mlflow
+
+    from textclf.tracking.runs import machine_id, sweep_stale_runs
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    exp = client.create_experiment("sweep", artifact_location=(tmp_path / "a").as_uri())
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    tags = {"textclf.host": socket.gethostname(), "textclf.pid": str(dead.pid)}
+    mine = client.create_run(exp, tags={**tags, "textclf.machine": machine_id()}).info.run_id
+    clone = client.create_run(exp, tags={**tags, "textclf.machine": "0123456789abcdef pid:[1]"}).info.run_id
+    untagged = client.create_run(exp, tags=tags).info.run_id
+    mlflow.set_tracking_uri(client.tracking_uri)  # conftest restores it after the test
+    assert sorted(sweep_stale_runs(exp)) == sorted([mine, untagged])
+    assert client.get_run(clone).info.status == "RUNNING"
+    assert machine_id() and machine_id() != "0123456789abcdef pid:[1]"
+
+
+def collide_once(monkeypatch, method: str, error: dict) -> list:
+    """MlflowClient.<method>'s first call is a collision, as the server answers it: another
+    training makes the same write (it goes through), then this one fails with `error`."""
+    from mlflow.exceptions import RestException
+    real, calls = getattr(MlflowClient, method), []
+
+    def colliding(self, *args, **kwargs):
+        calls.append(args)
+        result = real(self, *args, **kwargs)
+        if len(calls) == 1:
+            raise RestException(error)
+        return result
+    monkeypatch.setattr(MlflowClient, method, colliding)
+    return calls
+
+
+def test_every_write_of_a_train_start_survives_a_training_making_it_at_the_same_moment(tmp_path, monkeypatch):
+    """`dvc queue start -j 2` on a new server (issue 29, item 24): the experiment created, its
+    tag, a stale run swept and the model's aliases, each made by two processes at once. The
+    loser re-reads or writes again, and goes on."""
+    from textclf.tracking.runs import EXPERIMENT, sweep_stale_runs, use_experiment
+    from textclf.tracking.store import check_store
+    unique = {"error_code": "BAD_REQUEST", "message": "(psycopg.errors.UniqueViolation) duplicate key value "
+              'violates unique constraint "experiment_tag_pk"'}
+    calls = {m: collide_once(monkeypatch, m, unique) for m in
+             ("set_experiment_tag", "set_tag", "set_registered_model_alias")}
+    calls["create_experiment"] = collide_once(monkeypatch, "create_experiment", {
+        "error_code": "RESOURCE_ALREADY_EXISTS", "message": f"Experiment(name={EXPERIMENT}) already exists."})
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    check_store(uri)
+    exp_id = use_experiment(uri)
+    client = MlflowClient(uri)
+    assert "textclf.checked" in client.get_experiment(exp_id).tags
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = client.create_run(exp_id, tags={"textclf.host": socket.gethostname(), "textclf.pid": str(dead.pid)})
+    assert sweep_stale_runs(exp_id) == [stale.info.run_id]
+    assert "textclf.swept" in client.get_run(stale.info.run_id).data.tags
+    decision = register(logged_runs(uri, 1)[0], "m", {**PASS, SPLIT_TAG: split_hash([("a", "x")])})
+    assert (decision["version"], decision["champion"], decision["promoted"]) == (1, 1, True)
+    assert {m: len(c) for m, c in calls.items()} == {"set_experiment_tag": 2, "set_tag": 2,
+                                                     "set_registered_model_alias": 3, "create_experiment": 1}

@@ -80,7 +80,8 @@ def run(args) -> None:
     metrics["mlflow"] = {"run_id": training["run_id"], "model_uri": training["model_uri"]}  # run -> metrics
     if cfg.register:
         splits = pd.read_parquet(args.splits)
-        test_split = split_hash(splits.loc[splits["split"] == "test", "content_hash"])
+        test_docs = splits.loc[splits["split"] == "test"]
+        test_split = split_hash(zip(test_docs["content_hash"], test_docs["label"]))
         tags = version_tags(metrics, test_split, git_commit(), os.environ.get("DVC_EXP_NAME"))
         metrics["registry"] = register(training, cfg.registered_model, tags)
     write_json(args.metrics, metrics)

@@ -8,6 +8,7 @@ the highest test macro-F1 among the versions tested on the champion's test split
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 
 import mlflow
@@ -15,17 +16,23 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from textclf.severity import ALARM, with_severity
+from textclf.tracking.runs import conflict_safe
 
 log = logging.getLogger(__name__)
 CHALLENGER, CHAMPION = "challenger", "champion"
 SPLIT_TAG = "test_split_hash"
+# A hash made before labels were part of it (before 2026-12) is a bare md5: it never equals a
+# prefixed one, so a version that carries it counts as tested on another split.
+SPLIT_HASH_PREFIX = "labels-md5:"
 MAX_ROUNDS = 20
 
 
-def split_hash(content_hashes) -> str:
-    """One hash for a test split: md5 over its documents' sorted content hashes, so two
-    versions are compared only on the very same test documents."""
-    return hashlib.md5("\n".join(sorted(content_hashes)).encode()).hexdigest()
+def split_hash(documents) -> str:
+    """One hash for a test split: md5 over its sorted (content hash, label) pairs, so two
+    versions are compared only on the very same test documents with the same ground truth
+    (a relabelled document or two merged classes make another split)."""
+    pairs = sorted([str(content), str(label)] for content, label in documents)
+    return SPLIT_HASH_PREFIX + hashlib.md5(json.dumps(pairs).encode()).hexdigest()
 
 
 def alarms(tags: dict[str, str]) -> list[str]:
@@ -74,7 +81,7 @@ def settle_champion(client: MlflowClient, name: str, test_split: str) -> dict | 
         best = best_version(_versions(client, name), test_split)
         if best is None:
             return None
-        client.set_registered_model_alias(name, CHAMPION, best["version"])
+        conflict_safe(client.set_registered_model_alias, name, CHAMPION, best["version"])
         if best_version(_versions(client, name), test_split)["version"] == best["version"]:
             return best
     raise RuntimeError(f"the champion of {name} did not settle in {MAX_ROUNDS} rounds: versions "
@@ -83,10 +90,14 @@ def settle_champion(client: MlflowClient, name: str, test_split: str) -> dict | 
 
 def why(version: dict, best: dict | None, champion: dict | None, test_split: str) -> str:
     """The gate's decision about `version`, in words."""
+    by_hand = "Promote by hand if meant: MlflowClient().set_registered_model_alias(name, 'champion', version)"
+    if champion is not None and not str(champion.get(SPLIT_TAG)).startswith(SPLIT_HASH_PREFIX):
+        return (f"the champion (version {champion['version']}) carries a test-split hash made without "
+                f"labels (before 2026-12): its ground truth cannot be compared, so it counts as another "
+                f"test split. {by_hand}")
     if champion is not None and champion.get(SPLIT_TAG) != test_split:
         return (f"the champion (version {champion['version']}) was tested on another test split; "
-                "macro-F1 on different documents does not compare. Promote by hand if meant: "
-                "MlflowClient().set_registered_model_alias(name, 'champion', version)")
+                f"macro-F1 on different documents does not compare. {by_hand}")
     if alarms(version):
         return f"guard alarms: {', '.join(alarms(version))}"
     f1 = float(version["test_macro_f1"])
@@ -108,7 +119,8 @@ def register(run: dict, name: str, tags: dict[str, str]) -> dict:
             client.set_model_version_tag(name, version, key, value)
     else:
         version = mlflow.register_model(run["model_uri"], name, tags=tags).version
-    client.set_registered_model_alias(name, CHALLENGER, version)
+    # a new model's first aliases: two evaluates (`dvc queue start -j 2`) may insert them at once
+    conflict_safe(client.set_registered_model_alias, name, CHALLENGER, version)
     champion, split = _champion(client, name), tags[SPLIT_TAG]
     # the champion moves only among versions tested on its own split
     best = None if champion is not None and champion.get(SPLIT_TAG) != split else \

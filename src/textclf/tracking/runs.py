@@ -3,6 +3,7 @@ process tags and the sweep of runs whose process is gone, and the tags that tie 
 to its code and data."""
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -23,9 +24,24 @@ EXPERIMENT = os.environ.get("MLFLOW_EXPERIMENT_NAME", "textclf")
 # relative to that copy would vanish with it, so they go to the project's store.
 _EXP_COPY = os.sep + os.path.join(".dvc", "tmp", "exps") + os.sep
 HOST_TAG, PID_TAG, START_TAG = "textclf.host", "textclf.pid", "textclf.pid_start"
+MACHINE_TAG = "textclf.machine"
 SWEPT_TAG, RESUMED_TAG = "textclf.swept", "textclf.resumed_after"
-DATASET_TRIES = 3
+CONFLICT_TRIES = 3
 DUPLICATE_KEY = ("UniqueViolation", "duplicate key value", "UNIQUE constraint failed")
+
+
+def conflict_safe(write, *args, **kwargs):
+    """A store write that another training may make at the same moment (`dvc queue start -j 2`,
+    a sweep's parallel trials): the store looks the row up, both find none, both insert, and
+    one insert fails on the key. Again: the row exists now, so the write is an update (a tag
+    set to this value, a dataset linked)."""
+    for attempt in range(CONFLICT_TRIES):
+        try:
+            return write(*args, **kwargs)
+        except mlflow.exceptions.MlflowException as err:
+            if not any(s in str(err) for s in DUPLICATE_KEY) or attempt == CONFLICT_TRIES - 1:
+                raise
+            time.sleep(0.2 * attempt)
 
 
 def project_root(cwd: str | Path | None = None) -> Path:
@@ -67,10 +83,27 @@ def _process_start(pid: int) -> str:
     return "".join(proc_stat(pid)[19:20])
 
 
+def machine_id() -> str:
+    """Whose pids these are: the machine (/etc/machine-id, else this boot's id) and the pid
+    namespace. Cloned VMs and containers can share a hostname, and a container on the host's
+    network shares its hostname and kernel but not its pids, so a hostname alone cannot say
+    that a pid in a run's tags is one this process can look up."""
+    parts = []
+    for path in ("/etc/machine-id", "/proc/sys/kernel/random/boot_id"):
+        with contextlib.suppress(OSError):
+            if text := Path(path).read_text().strip():
+                parts.append(text)
+                break
+    with contextlib.suppress(OSError):
+        parts.append(os.readlink("/proc/self/ns/pid"))
+    return " ".join(parts)
+
+
 def process_tags() -> dict[str, str]:
-    """Host and pid (for the stale-run sweep), and the multi-process launch it belongs to."""
+    """Host, machine and pid (for the stale-run sweep), and the multi-process launch it belongs to."""
     pid = os.getpid()
-    tags = {HOST_TAG: socket.gethostname(), PID_TAG: str(pid), START_TAG: _process_start(pid)}
+    tags = {HOST_TAG: socket.gethostname(), MACHINE_TAG: machine_id(), PID_TAG: str(pid),
+            START_TAG: _process_start(pid)}
     if os.environ.get("TEXTCLF_LAUNCH_ID"):
         tags["textclf.launch_id"] = os.environ["TEXTCLF_LAUNCH_ID"]
     return tags
@@ -87,16 +120,21 @@ def _alive(pid: int, start: str) -> bool:
 
 
 def sweep_stale_runs(exp_id: str) -> list[str]:
-    """Mark FAILED every RUNNING run of the experiment opened on this host by a process that
-    is gone (SIGKILL, a crash, a lost machine cannot end its own run) -> the swept run ids."""
-    client, host, swept = MlflowClient(), socket.gethostname(), []
+    """Mark FAILED every RUNNING run of the experiment opened on this host and machine
+    (machine_id) by a process that is gone (SIGKILL, a crash, a lost machine cannot end its own
+    run) -> the swept run ids. A run without the machine tag (logged before 2026-12) goes by
+    its host alone, as it did then."""
+    client, host, machine, swept = MlflowClient(), socket.gethostname(), machine_id(), []
     for run in client.search_runs([exp_id], "attributes.status = 'RUNNING'", max_results=1000):
         tags = run.data.tags
         if tags.get(HOST_TAG) != host or not tags.get(PID_TAG, "").isdigit():
             continue
+        if tags.get(MACHINE_TAG, machine) != machine:
+            continue  # its pid is another machine's or container's, which this one cannot see
         if _alive(int(tags[PID_TAG]), tags.get(START_TAG, "")):
             continue
-        client.set_tag(run.info.run_id, SWEPT_TAG, f"process {tags[PID_TAG]} on {host} was gone")
+        why = f"process {tags[PID_TAG]} on {host} was gone"
+        conflict_safe(client.set_tag, run.info.run_id, SWEPT_TAG, why)  # two trainings sweep it at once
         client.set_terminated(run.info.run_id, "FAILED")
         log.warning("marked run %s FAILED: it was RUNNING, but its process %s on %s is gone",
                     run.info.run_id, tags[PID_TAG], host)
@@ -154,16 +192,7 @@ def log_datasets(run_id: str, files: dict[str, str], context: str) -> None:
 
     inputs = [DatasetInput(Dataset(name, file_md5(path), "local", str(path)),
                            [InputTag("mlflow.data.context", context)]) for name, path in files.items()]
-    for attempt in range(DATASET_TRIES):
-        try:
-            return MlflowClient().log_inputs(run_id, datasets=inputs)
-        except mlflow.exceptions.MlflowException as err:
-            # Two trainings logging the same data at once (`dvc queue start -j 2`): the store
-            # looks the dataset up, both find none, both insert, one insert fails on the key.
-            # Again, the dataset exists and is linked.
-            if not any(s in str(err) for s in DUPLICATE_KEY) or attempt == DATASET_TRIES - 1:
-                raise
-            time.sleep(0.5 * (attempt + 1))
+    conflict_safe(MlflowClient().log_inputs, run_id, datasets=inputs)  # the same data, two trainings
 
 
 def dataset_sources(run: dict) -> set[str]:

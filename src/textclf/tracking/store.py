@@ -13,10 +13,11 @@ import urllib.request
 from pathlib import Path
 
 import mlflow
+from mlflow.exceptions import RestException
 from mlflow.tracking import MlflowClient
 
 from textclf.io import UserError, read_json
-from textclf.tracking.runs import EXPERIMENT, run_exists, tracking_uri, use_experiment
+from textclf.tracking.runs import EXPERIMENT, conflict_safe, run_exists, tracking_uri, use_experiment
 
 NOISY = ("mlflow.store.db.utils", "urllib3.connectionpool")  # a traceback, a line per retry
 # MLflow's client retries a dead server for minutes (7 tries, backoff factor 2, 120 s a try).
@@ -36,6 +37,8 @@ def _fix(uri: str) -> str:
 _BACKEND_FIX = ("the server's database is down or unreachable; on the server's machine run "
                 "scripts/server.sh start with the settings it was started with (it starts PostgreSQL "
                 "and restarts mlflow server), or check the database its --backend-store-uri names")
+_ANSWERED_FIX = ("the server runs and gave this error: see its log (scripts/server.sh keeps it in "
+                 "$TEXTCLF_STATE/mlflow.log on the server's machine), then run the stage again")
 
 
 def _denied(uri: str, status: int, action: str) -> UserError:
@@ -103,14 +106,16 @@ def check_store(uri: str, timeout: float = 10.0) -> None:
     try:
         with store_calls(once, force=True):  # a store that fails the check fails it at once
             exp_id = use_experiment(uri)  # a read and, on first use, a write
-            MlflowClient(uri).set_experiment_tag(exp_id, "textclf.checked", str(int(time.time())))
+            # two trainings starting together on a new experiment both insert this tag
+            conflict_safe(MlflowClient(uri).set_experiment_tag, exp_id, "textclf.checked", str(int(time.time())))
     except Exception as err:  # any store failure becomes the one line below
         status = getattr(err, "get_http_status_code", lambda: None)()
         if status in (401, 403):
             raise _denied(uri, status, "write to") from None
         lines = str(getattr(err, "message", "") or err).strip().splitlines() or [type(err).__name__]
+        fix = _ANSWERED_FIX if isinstance(err, RestException) else _fix(uri)  # up, but refusing
         raise UserError(f"MLflow tracking store {uri} cannot be written ({lines[0][:300]}): "
-                         f"{_fix(uri)}.") from None
+                         f"{fix}.") from None
     _check_artifact_root(exp_id)
 
 
