@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import secrets
 import sys
 from pathlib import Path
@@ -20,6 +21,8 @@ from mlflow.tracking import MlflowClient
 
 log = logging.getLogger("add-user")
 PERMISSIONS = ("READ", "EDIT")
+# NAME names the password file too: no separator, no leading dot, so it stays in the folder
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,63}")
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -44,12 +47,22 @@ def ensure_user(auth: AuthServiceClient, name: str, folder: Path) -> str | None:
         if err.error_code != "RESOURCE_DOES_NOT_EXIST":
             raise
     password = secrets.token_urlsafe(24)
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    path = folder / f"{name}.password"
-    path.touch(mode=0o600)  # 0600 before the password is in it
-    path.write_text(password + "\n")
+    write_password(folder, name, password)
     auth.create_user(name, password)
     return password
+
+
+def write_password(folder: Path, name: str, password: str) -> Path:
+    """folder/NAME.password, mode 600 in a folder of mode 700 before the password is in it:
+    mkdir and open set a mode only on what they create, and either may exist from before."""
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    folder.chmod(0o700)
+    path = folder / f"{name}.password"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    os.fchmod(fd, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(password + "\n")
+    return path
 
 
 def ensure_experiment(client: MlflowClient, name: str) -> str:
@@ -81,6 +94,9 @@ def grant(auth: AuthServiceClient, name: str, kind: str, key: str, permission: s
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
     args = parse(argv)
+    if not NAME.fullmatch(args.name):
+        sys.exit(f"server.sh: add-user: NAME {args.name!r} is not a user name: use letters, digits and "
+                 "._@+- (at most 64, starting with a letter or digit)")
     uri = os.environ["MLFLOW_TRACKING_URI"]
     auth, client = AuthServiceClient(uri), MlflowClient(uri)
     models = args.models or ["textclf"]

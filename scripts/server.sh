@@ -17,13 +17,15 @@
 #                          loopback address needs TEXTCLF_AUTH=basic
 #   TEXTCLF_AUTH           none (default) or basic: MLflow's basic-auth app, users in the database
 #                          mlflow_auth on the same PostgreSQL, admin password made on the first
-#                          start and kept in $TEXTCLF_STATE/admin.password (mode 600)
+#                          start and kept in $TEXTCLF_STATE/admin.password (mode 600); each start
+#                          with it closes $TEXTCLF_STATE and the artifact folder to other users
 #   TEXTCLF_ALLOWED_HOSTS  more names clients may use for the server (comma-separated, e.g. its DNS
 #                          name); the bound address and the loopback forms are always allowed
 #   TEXTCLF_MLFLOW_PORT    mlflow server port (default 5000)
 #   TEXTCLF_PG_PORT        PostgreSQL port (default 5433: Debian's own cluster takes 5432)
 #   TEXTCLF_PG_PASSWORD    password of the `mlflow` database role (default: random, made on the
-#                          first start and kept in $TEXTCLF_STATE/postgres.password, mode 600)
+#                          first start and kept in $TEXTCLF_STATE/postgres.password, mode 600);
+#                          a start that finds mlflow server running changes no password: it refuses another one
 #   TEXTCLF_MLFLOW_WORKERS uvicorn workers (default 2)
 #   TEXTCLF_PG_BIN         folder holding initdb and pg_ctl (default: the newest
 #                          /usr/lib/postgresql/*/bin, else the ones on PATH)
@@ -36,7 +38,7 @@
 #                          S3-compatible store) set in this script's environment
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 STATE=$(realpath -m "${TEXTCLF_STATE:-$ROOT/.state}")
 MLFLOW_PORT=${TEXTCLF_MLFLOW_PORT:-5000}
 PG_PORT=${TEXTCLF_PG_PORT:-5433}
@@ -166,14 +168,35 @@ start_postgres() {
       || die "PostgreSQL did not start: see $STATE/postgres.log"
     echo "PostgreSQL started on 127.0.0.1:$PG_PORT (data $PGDATA)"
   fi
-  local pw=${1//\'/\'\'}  # SQL string literal; sent on stdin, so it never shows in `ps`
+  # SQL string literal; sent on stdin, so it never shows in `ps`. A running mlflow server keeps the
+  # password it started with: changing it under the server would fail its next new connection.
+  local alter="ALTER ROLE mlflow PASSWORD '${1//\'/\'\'}';"
+  if mlflow_pid > /dev/null; then alter=""; fi
   as_pg "$PG/psql" -X -q -v ON_ERROR_STOP=1 -h "$PGDATA" -p "$PG_PORT" -U "$(as_pg id -un)" -d postgres > /dev/null <<SQL \
     || die "could not create the mlflow role and database: see $STATE/postgres.log"
 SELECT 'CREATE ROLE mlflow LOGIN' WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'mlflow')\gexec
-ALTER ROLE mlflow PASSWORD '$pw';
+$alter
 SELECT 'CREATE DATABASE mlflow OWNER mlflow' WHERE NOT EXISTS (SELECT FROM pg_database WHERE datname = 'mlflow')\gexec
 SELECT 'CREATE DATABASE mlflow_auth OWNER mlflow' WHERE NOT EXISTS (SELECT FROM pg_database WHERE datname = 'mlflow_auth')\gexec
 SQL
+  local given="the one in $PASSFILE"
+  [ -z "${TEXTCLF_PG_PASSWORD:-}" ] || given=TEXTCLF_PG_PASSWORD
+  if [ -z "$alter" ] && ! PGPASSWORD="$1" "$PG/psql" -X -q -h 127.0.0.1 -p "$PG_PORT" -U mlflow -d mlflow \
+       -c 'SELECT 1' > /dev/null 2>&1; then
+    die "mlflow server runs with another database password than $given: run 'scripts/server.sh stop' first to change it"
+  fi
+}
+
+tighten() {  # basic auth: what an open server wrote before (artifacts, logs) was readable by every local user
+  local dest
+  dest=$(realpath -m "$ARTIFACTS")
+  if [[ $ARTIFACTS != s3://* && $dest/ != "$STATE"/* && -d $dest ]]; then  # in $STATE: tightened with it
+    chmod -R go-rwx "$dest" || die "could not close $dest to other users"
+  fi
+  # PostgreSQL keeps its own folder closed; others keep x on $STATE: root's postgres user must reach it
+  find "$STATE" -mindepth 1 -maxdepth 1 ! -path "$PGDATA" -exec chmod -R go-rwx {} + \
+    || die "could not close $STATE to other users"
+  chmod go-rw "$STATE"
 }
 
 write_auth_ini() {  # MLflow's basic-auth config; its database password comes from PGPASSWORD, not this file
@@ -280,6 +303,7 @@ start() {
     stop_mlflow > /dev/null
   fi
   start_postgres "$pw"
+  if [ "$AUTH" = basic ]; then tighten; fi  # after PostgreSQL's logs exist, before mlflow serves
   start_mlflow "$pw"
   echo "export MLFLOW_TRACKING_URI=$URL"
   case $HOST in 0.0.0.0|::) echo "teammates: export MLFLOW_TRACKING_URI=http://$(hostname -f):$MLFLOW_PORT" ;; esac
@@ -329,8 +353,10 @@ status() {
   return $up
 }
 
-{  # parsed whole before it runs, and exit: bash reads a script as it goes, so an edit to this
-   # file during a start would otherwise run from the wrong offset once start returns
+# Run, not sourced (a test sources it to call one function). Parsed whole before it runs, and exit:
+# bash reads a script as it goes, so an edit to this file during a start would otherwise run from
+# the wrong offset once start returns.
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then
 case "${1:-}" in
   start) PG=$(pg_bin); start ;;
   stop) PG=$(pg_bin); stop ;;
@@ -339,4 +365,4 @@ case "${1:-}" in
   *) die "usage: scripts/server.sh start|stop|status|add-user NAME READ|EDIT" ;;
 esac
 exit
-}
+fi

@@ -3,6 +3,7 @@ MLflow's basic-auth app on the same PostgreSQL, users made by `server.sh add-use
 `tracking.check_store` says to a client without a login or a permission. Real PostgreSQL, real
 `mlflow server`, its own free loopback ports; the pipeline test trains conftest's tiny RANDOM BERT."""
 import base64
+import importlib.util
 import json
 import os
 import subprocess
@@ -19,7 +20,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.server.auth.client import AuthServiceClient
 from mlflow.tracking import MlflowClient
 
-from conftest import GIT_ENV, copy_repo, dvc_run, write_params
+from conftest import GIT_ENV, REPO, copy_repo, dvc_run, write_params
 from test_server import server_sh, team_server
 from textclf.io import UserError
 from textclf.tracking.store import check_store
@@ -111,6 +112,65 @@ def test_the_script_refuses_a_non_loopback_bind_without_auth(tmp_path):
         assert not (tmp_path / "state").exists()  # refused before anything was created
 
 
+def auth_users():
+    """scripts/auth_users.py as a module: its functions, without a server."""
+    spec = importlib.util.spec_from_file_location("auth_users", REPO / "scripts" / "auth_users.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_add_user_refuses_a_name_that_is_not_a_file_name(tmp_path, capsys):
+    script = auth_users()
+    for name in ("../x", "a/b", ".hidden", "a b", "x" * 65):
+        with pytest.raises(SystemExit) as refused:
+            script.main([name, "READ", "--passwords", str(tmp_path / "users")])
+        message = str(refused.value.code)
+        assert message.startswith(f"server.sh: add-user: NAME {name!r} is not a user name"), message
+        assert len(message.splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []  # refused before anything was written
+
+
+def test_a_password_file_and_folder_from_before_are_closed_to_other_users(tmp_path):
+    """mkdir(mode=) and touch(mode=) set modes only on what they create: a folder or a stale
+    password file that existed (a deleted account's) kept 755 and 644."""
+    folder = tmp_path / "users"
+    folder.mkdir(mode=0o755)
+    folder.chmod(0o755)
+    (folder / "alice.password").write_text("stale\n")
+    (folder / "alice.password").chmod(0o644)
+    path = auth_users().write_password(folder, "alice", "new-secret")
+    assert path.read_text() == "new-secret\n"
+    assert (folder.stat().st_mode & 0o777, path.stat().st_mode & 0o777) == (0o700, 0o600)
+
+
+def test_switching_auth_on_closes_what_the_open_server_wrote(tmp_path):
+    """server.sh's tighten step, which a start with TEXTCLF_AUTH=basic runs: artifacts and logs
+    an open server wrote (755 folders, 644 files) close to other users; the state folder
+    keeps x for others (root runs PostgreSQL as `postgres`, which must reach its data)."""
+    state = tmp_path / "state"
+    run = state / "mlartifacts" / "1" / "abc" / "artifacts"
+    run.mkdir(parents=True)
+    (run / "model.safetensors").write_bytes(b"w")
+    (state / "mlflow.log").write_text("log")
+    (state / "postgres").mkdir()
+    (state / "postgres").chmod(0o750)  # PostgreSQL's own choice: left alone
+    outside = tmp_path / "artifacts"
+    (outside / "0").mkdir(parents=True)
+    for path in (state, *state.rglob("*"), outside, *outside.rglob("*")):
+        if path.name != "postgres":
+            path.chmod(0o755 if path.is_dir() else 0o644)
+    for artifacts in (str(state / "mlartifacts"), str(outside)):
+        proc = subprocess.run(["bash", "-c", f'source "{REPO}/scripts/server.sh" && tighten'], text=True,
+                              capture_output=True, env={**os.environ, "TEXTCLF_STATE": str(state),
+                                                        "TEXTCLF_ARTIFACTS": artifacts})
+        assert proc.returncode == 0, proc.stderr
+    opened = [p for p in (*state.rglob("*"), outside, *outside.rglob("*"))
+              if p.name != "postgres" and p.stat().st_mode & 0o077]
+    assert opened == []
+    assert (state.stat().st_mode & 0o777, (state / "postgres").stat().st_mode & 0o777) == (0o711, 0o750)
+
+
 @pytest.mark.slow
 def test_unauthenticated_requests_get_401(auth_server):
     search = f"{auth_server.url}/api/2.0/mlflow/experiments/search?max_results=5"
@@ -134,6 +194,11 @@ def test_secrets_are_random_and_in_files_only_their_owner_reads(auth_server, as_
     alice = as_user(auth_server, "alice")
     alice.log_text(alice.create_run(alice.get_experiment_by_name("textclf").experiment_id).info.run_id, "x", "a.txt")
     assert (auth_server.state / "mlartifacts").stat().st_mode & 0o777 == 0o700
+    before = auth_server.state / "mlartifacts" / "0" / "logged-before-auth"  # by a server without it
+    before.mkdir(mode=0o755, parents=True)
+    (before / "a.txt").write_text("x")
+    assert server_sh(auth_server.env, "start").returncode == 0  # switching auth on closes it too
+    assert (before.stat().st_mode & 0o777, (before / "a.txt").stat().st_mode & 0o777) == (0o700, 0o600)
     admin = auth_server.password("admin")
     assert len(admin) >= 24 and admin != "password1234"
     ini = (auth_server.state / "basic_auth.ini").read_text()

@@ -237,6 +237,88 @@ def test_a_stopped_server_fails_train_at_its_start_and_keeps_its_runs(served, te
     again = server_sh(team.env, "start")  # idempotent
     assert "PostgreSQL already running" in again.stdout and "mlflow server already running" in again.stdout
     assert MlflowClient(team.url).get_run(before["run_id"]).info.status == "FINISHED"
+    # another database password while mlflow server runs: it keeps its own, which still logs in
+    changed = server_sh({**team.env, "TEXTCLF_PG_PASSWORD": "changed-under-it"}, "start")
+    assert changed.returncode == 1 and changed.stderr.strip() == (
+        "server.sh: mlflow server runs with another database password than TEXTCLF_PG_PASSWORD: "
+        "run 'scripts/server.sh stop' first to change it")
+    assert psql(team, "SELECT 1").returncode == 0
+
+
+def psql(team: Team, sql: str, **popen) -> subprocess.CompletedProcess | subprocess.Popen:
+    """psql as the server's `mlflow` role, with the password the server started with: a new
+    connection, as mlflow server's next one. `popen`: a Popen (stdin a pipe) instead of a run."""
+    exe = (sorted(glob.glob("/usr/lib/postgresql/*/bin/psql")) or [shutil.which("psql")])[-1]
+    cmd = [exe, "-X", "-q", "-tA", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1", "-p", team.env["TEXTCLF_PG_PORT"],
+           "-U", "mlflow", "-d", "mlflow", *(["-c", sql] if sql else [])]
+    env = {**os.environ, "PGPASSWORD": (team.state / "postgres.password").read_text().strip()}
+    if popen:
+        return subprocess.Popen(cmd, env=env, text=True, **popen)
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_two_trainings_tagging_a_new_experiment_at_once_both_start(team, monkeypatch):
+    """Issue 29, item 24, on real PostgreSQL: another training's insert of the new experiment's
+    check tag is open when this one's arrives, which waits on the key and, at the other's
+    commit, fails on it (UniqueViolation on experiment_tag_pk). check_store writes again."""
+    import threading
+
+    from textclf.tracking import runs, store
+    exp_id = MlflowClient(team.url).create_experiment("colliding")
+    for module in (runs, store):
+        monkeypatch.setattr(module, "EXPERIMENT", "colliding")
+    other = psql(team, "", stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
+    other.stdin.write("BEGIN; INSERT INTO experiment_tags (key, value, experiment_id) "
+                      f"VALUES ('textclf.checked', '0', {exp_id});\n")
+    other.stdin.flush()
+    tag_insert = "query LIKE 'INSERT INTO experiment_tags%'"
+    assert until(lambda: sessions(team, f"state = 'idle in transaction' AND {tag_insert}")), "no other insert"
+    failed = []
+    checking = threading.Thread(target=lambda: failed.extend(catch(lambda: check_store(team.url))))
+    checking.start()
+    until(lambda: sessions(team, f"wait_event_type = 'Lock' AND {tag_insert}") or not checking.is_alive())
+    collided = checking.is_alive()  # this insert waits on the other's key
+    other.communicate("COMMIT;\n", timeout=60)
+    checking.join(60)
+    assert collided, "check_store's tag insert never waited on the other one"
+    assert failed == [], failed
+    assert MlflowClient(team.url).get_experiment(exp_id).tags["textclf.checked"] != "0"
+
+
+def sessions(team: Team, where: str) -> int:
+    """How many other PostgreSQL sessions match `where` (pg_stat_activity)."""
+    got = psql(team, f"SELECT count(*) FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND {where}")
+    return int(got.stdout.strip() or 0)
+
+
+def until(condition, seconds: float = 30) -> bool:
+    deadline = time.monotonic() + seconds
+    while not (met := condition()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return bool(met)
+
+
+def catch(call) -> list[Exception]:
+    try:
+        call()
+    except Exception as err:  # reported by the test's assert
+        return [err]
+    return []
+
+
+def test_a_store_that_answers_an_error_is_not_said_to_be_down(team, monkeypatch):
+    """The server runs and refuses the write (here: the experiment is deleted): the line
+    quotes its error and does not say to start the server."""
+    from textclf.tracking import runs, store
+    client = MlflowClient(team.url)
+    client.delete_experiment(client.create_experiment("deleted"))
+    monkeypatch.setattr(runs, "EXPERIMENT", "deleted")
+    monkeypatch.setattr(store, "EXPERIMENT", "deleted")
+    with pytest.raises(UserError) as caught:
+        check_store(team.url)
+    message = str(caught.value)
+    assert "start the server" not in message and "the server runs and gave this error" in message
+    assert "active" in message and len(message.splitlines()) == 1
 
 
 def stop_postgres(state: Path) -> None:
