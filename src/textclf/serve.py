@@ -26,7 +26,7 @@ FORMAT = ('send JSON such as {"dataframe_split": {"columns": ["text"], "data": [
 DEEP = f"the request body nests too deep to be read as JSON: {FORMAT}."
 REASONS = {"SCHEMA_ENFORCEMENT_FAILED": "the request does not have the model's input, one string "
                                         "column named 'text'"}
-log = logging.getLogger(__name__)
+log = logging.getLogger("textclf.serve")  # not __main__ under python -m
 
 
 def one_line(answer: dict) -> dict:
