@@ -54,7 +54,8 @@ def one_run(work: Path, split_seed: int, train_seed: int, epochs: int) -> dict:
                        "--predictions", "bp.parquet"])
     evaluate.main(p + ["--tokens", "t.parquet", "--splits", "sp.parquet", "--model-dir", "model",
                        "--run-file", "run.json", "--guards", "guards.json", "--baseline", "b.json",
-                       "--baseline-predictions", "bp.parquet", "--metrics", "m.json",
+                       "--baseline-predictions", "bp.parquet", "--corpus", "c.parquet",
+                       "--data-diff", "diff.json", "--metrics", "m.json",
                        "--confusion", "conf.csv", "--per-class", "pc.csv", "--predictions", "pred.parquet"])
     metrics = json.loads((work / "m.json").read_text())
     curve = (work / "curve.csv").read_text().splitlines()

@@ -16,7 +16,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--baseline", required=True, help="baseline scores JSON")
     parser.add_argument("--baseline-predictions", required=True,
                         help="the baseline's per-document test predictions (parquet)")
+    parser.add_argument("--corpus", required=True,
+                        help="the corpus parquet: texts of the test documents a champion on other data is scored on")
     parser.add_argument("--metrics", required=True, help="output metrics JSON")
+    parser.add_argument("--data-diff", required=True,
+                        help="output JSON: documents added, removed, relabelled, edited since the champion's data")
     parser.add_argument("--confusion", required=True, help="output CSV of (actual, predicted)")
     parser.add_argument("--per-class", required=True, help="output CSV: per-class F1, precision, recall")
     parser.add_argument("--predictions", required=True,

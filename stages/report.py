@@ -9,7 +9,7 @@ from textclf.report.run import run
 
 def main(argv: list[str] | None = None) -> None:
     parser = stage_parser(__doc__)
-    for name in ("ingest-report", "token-stats", "split-counts", "histogram", "curve", "metrics",
+    for name in ("ingest-report", "token-stats", "split-counts", "histogram", "curve", "metrics", "data-diff",
                  "predictions", "corpus", "model-dir", "run-file", "out-md", "out-html",
                  "confusion-png"):
         parser.add_argument(f"--{name}", required=True)

@@ -190,7 +190,8 @@ def run_baseline(p):
 def run_evaluate(p, metrics="metrics.json"):
     evaluate.main(p + ["--tokens", "t.parquet", "--splits", "sp.parquet", "--model-dir", "model",
                        "--run-file", "run.json", "--guards", "guards.json", "--baseline", "b.json",
-                       "--baseline-predictions", "bp.parquet", "--metrics", metrics,
+                       "--baseline-predictions", "bp.parquet", "--corpus", "c.parquet",
+                       "--data-diff", "diff.json", "--metrics", metrics,
                        "--confusion", "conf.csv", "--per-class", "pc.csv", "--predictions", "pred.parquet"])
 
 

@@ -107,3 +107,28 @@ def test_headline_lists_a_recovered_collapse_as_a_warning_naming_the_epochs():
     text = to_markdown(headline({**metrics(0.0, {"collapse": "recovered"}), "kept_epoch": 3}, [1]))
     assert "Guard warnings: collapse: recovered (epochs 1 collapsed; the kept epoch 3 did not" in text
     assert "guard alarms" not in text
+
+
+def test_data_version_section_shows_the_diff_the_gate_and_the_last_moves():
+    from textclf.report.sections import data_version_section
+
+    kinds = {k: {"count": n, "per_class": {"tech": n} if n else {},
+                 "examples": [{"path": "tech/9.txt"}] if n else []}
+             for k, n in (("added", 16), ("removed", 0), ("relabelled", 0), ("edited", 0))}
+    diff = {"against_version": 1, "old_documents": 64, "new_documents": 80, "unchanged": 64,
+            "split_moves": {"moved": 0, "test_to_train": 0}, **kinds}
+    cmp = {"champion_version": 1, "n": 9, "rule": "not_worse", "reason": "on 9 common test documents: …",
+           "left_out": {"challenger_test": 12, "champion_trained_on": 3,
+                        "near_duplicate_of_champion_training": 0},
+           "challenger": {"accuracy": 0.8, "macro_f1": 0.7}, "champion": {"accuracy": 0.5, "macro_f1": 0.4}}
+    registry = {"champion_comparison": cmp,
+                "history": [{"when": "2026-12-01T10:00:00Z", "from": None, "to": 1, "why": "first"},
+                            {"when": "2026-12-01T11:00:00Z", "from": 1, "to": 2, "why": "gate"}]}
+    counts = {"method": "stable", "repairs": [{"group": "g", "label": "tech", "from": "train", "to": "test"}]}
+    md = to_markdown(data_version_section(diff, registry, counts))
+    assert "64 → 80 documents" in md and "| added | 16 | tech 16 | tech/9.txt |" in md
+    assert "9 of 12 (3 left out as trained or validated on" in md
+    assert "| champion | 0.5000 | 0.4000 |" in md
+    assert "| 2026-12-01T11:00:00Z | 1 | 2 | gate |" in md and "tech train → test" in md
+    assert "No data diff: no champion yet." in to_markdown(
+        data_version_section({"against_version": None, "why": "no champion yet"}, None, {}))

@@ -117,6 +117,7 @@ def team_s3(s3):
 def run_report(p: list[str]) -> None:
     report.main(p + ["--ingest-report", "r.json", "--token-stats", "s.json", "--split-counts", "n.json",
                      "--histogram", "h.csv", "--curve", "curve.csv", "--metrics", "metrics.json",
+                     "--data-diff", "diff.json",
                      "--predictions", "pred.parquet", "--corpus", "c.parquet", "--model-dir", "model",
                      "--run-file", "run.json", "--out-md", "report.md", "--out-html", "report.html",
                      "--confusion-png", "confusion.png"])

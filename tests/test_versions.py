@@ -30,7 +30,8 @@ def test_each_kind_is_counted_exactly_per_class_with_examples():
         {"added": 2, "removed": 2, "relabelled": 1, "edited": 1}
     assert found["added"]["per_class"] == {"biz": 2}
     assert found["removed"]["per_class"] == {"biz": 1, "tech": 1}
-    assert found["relabelled"]["examples"] == [{"path": "tech/2.txt", "label": "tech", "old_label": "sport"}]
+    assert found["relabelled"]["examples"] == [
+        {"path": "tech/2.txt", "label": "tech", "old_label": "sport"}]
     assert found["edited"]["examples"] == [{"path": "tech/1.txt"}]
     assert found["unchanged"] == 2 and (found["old_documents"], found["new_documents"]) == (6, 6)
     assert found["split_moves"] == {"moved": 1, "test_to_train": 1, "by_route": {"test->train": 1}}

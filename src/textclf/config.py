@@ -228,9 +228,14 @@ class EvaluateParams:
     alpha: float = ranged(0.05, 0, 0.5, low_open=True)  # significance level of the verdict
     seed: int = ranged(42, 0, 2**32 - 1)  # bootstrap resampling
     ensemble: bool = True  # also score the mean of the model's and the baseline's probabilities
+    # a champion tested on another data version: both scored on the common unseen test documents;
+    # not_worse: promote unless significantly worse or a lower macro-F1 | better: only if
+    # significantly better (docs/data_versions.md)
+    gate: str = "not_worse"
 
     def __post_init__(self):
         _choice("evaluate.precision", self.precision, PRECISIONS)
+        _choice("evaluate.gate", self.gate, ("not_worse", "better"))
         if self.register and not self.registered_model.strip():
             raise UserError("params.yaml: evaluate.registered_model is empty; name the registered "
                              "model (e.g. textclf) or set evaluate.register: false.")

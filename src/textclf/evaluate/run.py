@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from textclf.config import load_params
+from textclf.data.versions import KINDS, diff
+from textclf.evaluate.champion import SPLITS_ARTIFACT, Challenge
 from textclf.evaluate.comparison import compare, per_class_accuracy
 from textclf.evaluate.metrics import calibration, classification_scores, metric_names, mlflow_metrics, test_metrics
 from textclf.inference.frames import PROB_PREFIX, probability_frame
@@ -16,7 +21,7 @@ from textclf.inference.proba import inference_device, predict_proba
 from textclf.io import UserError, read_json, write_csv, write_json, write_parquet
 from textclf.model.batching import read_token_splits
 from textclf.model.modeling import load_classifier, load_tokenizer, pad_id
-from textclf.tracking.registry import register, split_hash, version_tags
+from textclf.tracking.registry import current_champion, register, split_hash, version_tags
 from textclf.tracking.runs import add_to_run, git_commit
 from textclf.tracking.store import training_run
 
@@ -57,6 +62,35 @@ def versus_baseline(predictions: pd.DataFrame, baseline: pd.DataFrame, labels: l
     return out
 
 
+def registry_step(args, cfg, training: dict, metrics: dict, predictions: pd.DataFrame) -> dict:
+    """Register this version and let the gate move `champion` (metrics["registry"]) -> the
+    document-level diff against the champion's data version."""
+    if not cfg.register:
+        return {"against_version": None, "why": "evaluate.register is false: no champion to compare with"}
+    splits = pd.read_parquet(args.splits)
+    test_docs = splits.loc[splits["split"] == "test"]
+    test_split = split_hash(zip(test_docs["content_hash"], test_docs["label"]))
+    tags = version_tags(metrics, test_split, git_commit(), os.environ.get("DVC_EXP_NAME"))
+    challenge = Challenge(cfg.registered_model, splits, predictions, args.corpus, cfg)
+    champion = current_champion(training["tracking_uri"], cfg.registered_model)
+    against = challenge.read_champion(champion, training["tracking_uri"])  # before this version registers
+    metrics["registry"] = register(training, cfg.registered_model, tags, challenge)
+    if against is None:
+        return {"against_version": None, "why": "no champion yet" if champion is None else
+                f"the champion (version {champion['version']}) carries no split table "
+                f"({SPLITS_ARTIFACT}: registered before data versions were recorded)"}
+    return {"against_version": int(champion["version"]), **diff(against, splits)}
+
+
+def diff_counts(found: dict) -> dict:
+    """The diff's counts, for metrics.json and MLflow."""
+    if found.get("against_version") is None:
+        return {"against_version": None}
+    moves = found.get("split_moves") or {}
+    return {"against_version": found["against_version"], **{k: found[k]["count"] for k in KINDS},
+            "changed_split": moves.get("moved", 0), "test_to_train": moves.get("test_to_train", 0)}
+
+
 def run(args) -> None:
     """The stage, from its parsed arguments."""
     cfg = load_params(args.params)["evaluate"]
@@ -78,20 +112,24 @@ def run(args) -> None:
     metrics.update(versus_baseline(predictions, pd.read_parquet(args.baseline_predictions), labels, cfg))
     metrics["kept_epoch"] = training.get("kept_epoch")
     metrics["mlflow"] = {"run_id": training["run_id"], "model_uri": training["model_uri"]}  # run -> metrics
-    if cfg.register:
-        splits = pd.read_parquet(args.splits)
-        test_docs = splits.loc[splits["split"] == "test"]
-        test_split = split_hash(zip(test_docs["content_hash"], test_docs["label"]))
-        tags = version_tags(metrics, test_split, git_commit(), os.environ.get("DVC_EXP_NAME"))
-        metrics["registry"] = register(training, cfg.registered_model, tags)
+    data_diff = registry_step(args, cfg, training, metrics, predictions)
+    metrics["data_diff"] = diff_counts(data_diff)
+    write_json(args.data_diff, data_diff)
     write_json(args.metrics, metrics)
     write_parquet(predictions, args.predictions)
     write_csv(pd.DataFrame({"actual": [labels[i] for i in y_true],
                             "predicted": [labels[i] for i in y_pred]}), args.confusion)
     write_csv(pd.DataFrame([{"class": c, **{k: s[k] for k in ("f1", "precision", "recall")}}
                             for c, s in metrics["per_class"].items()]), args.per_class)
-    add_to_run(training, metrics=mlflow_metrics(metrics), tags={"verdict": metrics["comparison"]["verdict"]},
-               artifacts=(args.metrics, args.confusion), dicts={"class_names.json": metric_names(labels)})
+    changes = {f"data_diff.{k}": v for k, v in metrics["data_diff"].items() if k != "against_version"}
+    add_to_run(training, metrics={**mlflow_metrics(metrics), **changes},
+               tags={"verdict": metrics["comparison"]["verdict"]},
+               artifacts=(args.metrics, args.confusion, args.data_diff),
+               dicts={"class_names.json": metric_names(labels)})
+    with tempfile.TemporaryDirectory() as tmp:  # under its fixed name: a later evaluate reads it
+        shutil.copyfile(args.splits, Path(tmp) / Path(SPLITS_ARTIFACT).name)
+        add_to_run(training, artifacts=(Path(tmp) / Path(SPLITS_ARTIFACT).name,),
+                   artifact_path=str(Path(SPLITS_ARTIFACT).parent))
     log.info("test accuracy %.4f, macro-F1 %.4f, ECE %.4f on %d documents; versus the baseline: %s",
              metrics["accuracy"], metrics["macro_f1"], metrics["ece"], metrics["n_test"],
              metrics["comparison"]["verdict"])

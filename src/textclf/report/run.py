@@ -11,8 +11,9 @@ import yaml
 from textclf.io import read_json
 from textclf.report import figures
 from textclf.report.document import Figure, Heading, to_html, to_markdown
-from textclf.report.sections import (baseline_section, calibration_section, data_section, headline,
-                                     lineage_section, mistakes_section, results_section)
+from textclf.report.sections import (baseline_section, calibration_section, data_section,
+                                     data_version_section, headline, lineage_section, mistakes_section,
+                                     results_section)
 from textclf.tracking.runs import add_to_run, dataset_sources, lock_hashes, log_datasets
 from textclf.tracking.store import training_run
 
@@ -34,6 +35,8 @@ def build(args, run: dict) -> tuple[list, bytes]:
                            read_json(args.split_counts), pd.read_csv(args.histogram))
     blocks += results_section(curve, metrics)
     blocks += baseline_section(metrics)
+    blocks += data_version_section(read_json(args.data_diff), metrics.get("registry"),
+                                   read_json(args.split_counts))
     confusion = figures.confusion_heatmap(metrics["confusion"])
     blocks += [Figure("confusion matrix", confusion)]
     blocks += mistakes_section(predictions, pd.read_parquet(args.corpus))

@@ -91,7 +91,8 @@ def data_section(ingest: dict, tokens: dict, counts: dict, histogram: pd.DataFra
              f"kept; skipped: {skipped}. Decoded by fallback encoding: {fallback}. Duplicates "
              f"differing only in whitespace/Unicode form: {ingest['duplicates_not_byte_identical']}."),
         Table(["split"] + list(ingest["per_class"]),
-              [[s] + [counts[s].get(c, 0) for c in ingest["per_class"]] for s in ("train", "validation", "test")]),
+              [[s] + [counts[s].get(c, 0) for c in ingest["per_class"]]
+               for s in ("train", "validation", "test")]),
         *near_duplicates_section(ingest["near_duplicates"]),
         Heading("Token lengths"),
         Para(f"Mean {tokens['mean']}, median {tokens['p50']}, p90 {tokens['p90']}, max {tokens['max']}; "
@@ -151,3 +152,48 @@ def lineage_section(model_params: dict, run: dict, hashes: dict) -> list:
             Table(["lineage", "value"],
                   [["MLflow run", run["run_id"]], ["MLflow model", run["model_uri"]]]
                   + [[k, v] for k, v in hashes.items()])]
+
+
+def _comparison_blocks(cmp: dict) -> list:
+    """The gate's comparison with a champion tested on another data version."""
+    left = cmp["left_out"]
+    blocks = [Para(f"The champion (version {cmp['champion_version']}) was tested on another data "
+                   f"version, so both were scored on this version's test documents it never saw: "
+                   f"{cmp['n']} of {left['challenger_test']} ({left['champion_trained_on']} left out as "
+                   f"trained or validated on, {left['near_duplicate_of_champion_training']} as "
+                   f"near-duplicates of those). Gate `{cmp['rule']}`: {cmp['reason']}.")]
+    if cmp["n"]:
+        blocks.append(Table(["model", "accuracy", "macro-F1"],
+                            [[who, f"{cmp[who]['accuracy']:.4f}", f"{cmp[who]['macro_f1']:.4f}"]
+                             for who in ("challenger", "champion")]))
+    return blocks
+
+
+def data_version_section(diff: dict, registry: dict | None, counts: dict) -> list:
+    """What changed since the champion's data, how the champion was compared, its last moves."""
+    blocks = [Heading("Data version")]
+    repairs = counts.get("repairs") or []
+    if repairs:
+        blocks.append(Para(f"Split (`{counts.get('method')}`): {len(repairs)} near-duplicate group(s) moved "
+                           "so that every class is in every split: " +
+                           "; ".join(f"{r['label']} {r['from']} → {r['to']}" for r in repairs) + "."))
+    if diff.get("against_version") is None:
+        blocks.append(Para(f"No data diff: {diff.get('why', 'no champion to compare with')}."))
+    else:
+        moves = diff.get("split_moves") or {}
+        blocks.append(Para(f"Against the champion's data (version {diff['against_version']}): "
+                           f"{diff['old_documents']} → {diff['new_documents']} documents; "
+                           f"{moves.get('moved', 0)} of those in both changed split "
+                           f"({moves.get('test_to_train', 0)} from test to train)."))
+        blocks.append(Table(["change", "documents", "per class", "examples"],
+                            [[kind, diff[kind]["count"],
+                              ", ".join(f"{c} {n}" for c, n in diff[kind]["per_class"].items()),
+                              ", ".join(e["path"] for e in diff[kind]["examples"])]
+                             for kind in ("added", "removed", "relabelled", "edited")]))
+    if registry and registry.get("champion_comparison"):
+        blocks += _comparison_blocks(registry["champion_comparison"])
+    if registry and registry.get("history"):
+        blocks.append(Table(["champion moved", "from", "to", "why"],
+                            [[m["when"], m["from"] or "—", m["to"], m["why"]]
+                             for m in registry["history"]]))
+    return blocks

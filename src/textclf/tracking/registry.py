@@ -1,6 +1,9 @@
 """The model registry: each evaluated training becomes a version of one registered model,
 `challenger` names the newest, and `champion` the best eligible version: no guard alarm,
-the highest test macro-F1 among the versions tested on the champion's test split.
+the highest test macro-F1 among the versions tested on the champion's test split. A version
+tested on another split (another data version) is judged by the caller's `challenge`, which
+scores both models on common documents (evaluate.champion). Every move of `champion` is
+kept on the registered model (HISTORY_TAG) and on the version it moved to.
 
     python -m textclf.predict models:/textclf@champion article.txt
     mlflow models serve -m models:/textclf@champion --env-manager local
@@ -10,6 +13,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import time
+from typing import Callable
 
 import mlflow
 from mlflow.exceptions import MlflowException
@@ -25,6 +30,7 @@ SPLIT_TAG = "test_split_hash"
 # prefixed one, so a version that carries it counts as tested on another split.
 SPLIT_HASH_PREFIX = "labels-md5:"
 MAX_ROUNDS = 20
+HISTORY_TAG, HISTORY_KEPT, WHY_CHARS = "champion_history", 20, 240
 
 
 def split_hash(documents) -> str:
@@ -65,7 +71,38 @@ def _champion(client: MlflowClient, name: str) -> dict | None:
         mv = client.get_model_version_by_alias(name, CHAMPION)
     except MlflowException:
         return None
-    return {**mv.tags, "version": mv.version}
+    return {**mv.tags, "version": mv.version, "run_id": mv.run_id}
+
+
+def current_champion(tracking_uri: str, name: str) -> dict | None:
+    """The champion's tags, version and run id, or None (no champion, or no such model)."""
+    return _champion(MlflowClient(tracking_uri), name)
+
+
+def run_file(tracking_uri: str, run_id: str, path: str) -> str | None:
+    """A local copy of artifact `path` of a run, or None where the run has none."""
+    try:
+        return mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=path,
+                                                   tracking_uri=tracking_uri)
+    except (MlflowException, OSError):
+        return None
+
+
+def history(client: MlflowClient, name: str) -> list[dict]:
+    """The champion's moves, oldest first: {from, to, when, why}."""
+    return json.loads(client.get_registered_model(name).tags.get(HISTORY_TAG) or "[]")
+
+
+def _record_move(client: MlflowClient, name: str, old: dict | None, new: dict, why: str) -> None:
+    """One move of `champion`, on the registered model (the last HISTORY_KEPT) and on the
+    version it moved to (which keeps it if two evaluates append at once)."""
+    when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    move = {"from": int(old["version"]) if old else None, "to": int(new["version"]), "when": when,
+            "why": why[:WHY_CHARS]}
+    moves = (history(client, name) + [move])[-HISTORY_KEPT:]
+    conflict_safe(client.set_registered_model_tag, name, HISTORY_TAG, json.dumps(moves))
+    for key in ("from", "when", "why"):
+        client.set_model_version_tag(name, new["version"], f"champion.{key}", str(move[key]))
 
 
 def _versions(client: MlflowClient, name: str) -> list[dict]:
@@ -107,9 +144,9 @@ def why(version: dict, best: dict | None, champion: dict | None, test_split: str
             "on this test split")
 
 
-def register(run: dict, name: str, tags: dict[str, str]) -> dict:
-    """Register the run's logged model (once per run: an evaluate rerun reuses its version),
-    point `challenger` at it, and `champion` at the best eligible version -> the decision."""
+def add_version(run: dict, name: str, tags: dict[str, str]) -> tuple[MlflowClient, str]:
+    """Register the run's logged model (once per run: an evaluate rerun reuses its version
+    and refreshes its tags) and point `challenger` at it -> (client, version)."""
     mlflow.set_tracking_uri(run["tracking_uri"])
     client = MlflowClient(run["tracking_uri"])
     existing = client.search_model_versions(f"name = '{name}' and run_id = '{run['run_id']}'")
@@ -121,15 +158,50 @@ def register(run: dict, name: str, tags: dict[str, str]) -> dict:
         version = mlflow.register_model(run["model_uri"], name, tags=tags).version
     # a new model's first aliases: two evaluates (`dvc queue start -j 2`) may insert them at once
     conflict_safe(client.set_registered_model_alias, name, CHALLENGER, version)
+    return client, version
+
+
+Challenge = Callable[[dict], "dict | None"]  # the champion's tags -> the comparison, or None
+
+
+def _across_splits(client: MlflowClient, name: str, version: str, tags: dict, champion: dict,
+                   challenge: Challenge | None) -> tuple[str, dict | None]:
+    """A champion tested on another split: the caller's comparison on common documents
+    decides -> (reason, comparison); without one (or for a champion that cannot be
+    compared) the champion stays."""
+    comparison = challenge(champion) if challenge else None
+    if comparison is None:
+        return why({**tags, "version": version}, None, champion, tags[SPLIT_TAG]), None
+    for key, value in comparison.get("tags", {}).items():
+        client.set_model_version_tag(name, version, key, str(value))
+    reason = comparison["reason"]
+    if comparison["promote"] and alarms(tags):
+        reason = f"guard alarms: {', '.join(alarms(tags))} ({reason})"
+    elif comparison["promote"]:
+        conflict_safe(client.set_registered_model_alias, name, CHAMPION, version)
+    return reason, comparison
+
+
+def register(run: dict, name: str, tags: dict[str, str], challenge: Challenge | None = None) -> dict:
+    """add_version, then move `champion`: among the versions tested on the champion's own
+    split, to the best eligible one; a version tested on another split, by `challenge`
+    -> the decision (with the comparison, if one was made, and the last moves)."""
+    client, version = add_version(run, name, tags)
     champion, split = _champion(client, name), tags[SPLIT_TAG]
-    # the champion moves only among versions tested on its own split
-    best = None if champion is not None and champion.get(SPLIT_TAG) != split else \
-        settle_champion(client, name, split)
-    reason = why({**tags, "version": version}, best, champion, split)
+    comparison = None
+    if champion is not None and champion.get(SPLIT_TAG) != split:
+        reason, comparison = _across_splits(client, name, version, tags, champion, challenge)
+    else:
+        best = settle_champion(client, name, split)
+        reason = why({**tags, "version": version}, best, champion, split)
     current = _champion(client, name)
+    if current is not None and (champion is None or current["version"] != champion["version"]):
+        _record_move(client, name, champion, current, reason if current["version"] == version else
+                     "the best eligible version on its test split")
     promoted = current is not None and current["version"] == version
     decision = {"model": name, "version": int(version), "promoted": promoted, "reason": reason,
-                "champion": int(current["version"]) if current else None}
+                "champion": int(current["version"]) if current else None,
+                "champion_comparison": comparison, "history": history(client, name)[-5:]}
     log.info("registered %s version %s (challenger); champion %s: %s", name, version,
              "is it" if promoted else f"stays at {decision['champion']}", reason)
     return decision
