@@ -203,10 +203,48 @@ def test_a_node_with_other_params_stops_every_node_before_training(tmp_path, pre
     assert joiner.wait(timeout=120) == 1
     expected = "node(s) 1 train other params or data than node 0"
     assert node0.returncode == 1 and expected in node0.stderr, node0.stderr[-3000:]
-    assert expected in (tmp_path / "node1.log").read_text()
-    assert "training on train.processes=1 processes on each of train.nodes=2 failed" in node0.stderr
+    # one line on each node, no torchrun traceback (each node printed 36 lines, 3 errors)
+    node1_log = (tmp_path / "node1.log").read_text()
+    for log, says in [(node0.stderr, "training on train.processes=1 processes on each of train.nodes=2 failed: "),
+                      (node1_log, "node 1 failed: ")]:
+        errors = [line for line in log.splitlines() if " ERROR " in line]
+        assert len(errors) == 1 and f"{says}{expected}" in errors[0], log[-3000:]
+        # launching…, the error (2 here), and room for a stray warning of gloo's on another host
+        assert "Traceback" not in log and len(log.splitlines()) <= 4, log[-3000:]
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     assert client.search_runs([client.get_experiment_by_name("textclf").experiment_id]) == []
+
+
+LOSING_A_NODE = """
+import os, torch, torch.distributed as dist
+from textclf.train.launch import failures_to_launcher
+dist.init_process_group("gloo")
+dist.barrier()
+if dist.get_rank() == 1:
+    os._exit(0)  # node 1 goes, mid-training
+with failures_to_launcher():
+    for _ in range(100):
+        dist.all_reduce(torch.ones(1))
+"""
+
+
+def test_a_rank_that_loses_a_node_says_so_in_one_line_for_its_launcher(tmp_path):
+    """Two real gloo ranks, one per node; node 1's process vanishes: rank 0's collective fails
+    (it printed 40 lines of traceback, then torchrun 30 more and the launcher "the failing rank's
+    error is logged above"). Now rank 0 leaves one line for its launcher, saying a node was
+    lost, and exits 1 without a word; the launcher says that line (the node with other params,
+    above, takes the same path end to end)."""
+    port = free_port()
+    ranks = [subprocess.Popen([sys.executable, "-c", LOSING_A_NODE], stderr=subprocess.PIPE, text=True, env={
+        **os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": "2", "RANK": str(r),
+        "LOCAL_RANK": "0", "GROUP_RANK": str(r), "GROUP_WORLD_SIZE": "2", "GLOO_SOCKET_IFNAME": "lo",
+        "TEXTCLF_LAUNCH_DIR": str(tmp_path)}) for r in (0, 1)]
+    stderr = [proc.communicate(timeout=120)[1] for proc in ranks]
+    assert [proc.returncode for proc in ranks] == [1, 0], stderr
+    assert "Traceback" not in stderr[0], stderr[0]
+    said = (tmp_path / "rank-0.txt").read_text()
+    assert said.startswith("a node was lost mid-training: rank 0 on node 0 lost its connection") and "\n" not in said
+    assert "Connection closed by peer" in said or "Connection reset by peer" in said
 
 
 def test_join_without_the_data_stops_before_joining(tmp_path, prepared_tiny, monkeypatch):

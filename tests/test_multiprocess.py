@@ -1,9 +1,9 @@
 """Training on 2 gloo processes (train.processes: 2, torchrun) against 1 process: same
 optimizer steps, same validation metrics, close weights, one MLflow run logged by rank 0.
 
-The encoder is conftest's tiny RANDOM BERT with dropout 0 (processes are plumbing), so the
-only differences left are float rounding: each rank runs half of every global batch and the
-gradients are averaged over gloo in another order."""
+The encoder is conftest's tiny RANDOM BERT with dropout 0, and model.dropout 0 (processes are
+plumbing), so the only differences left are float rounding: each rank runs half of every global
+batch and the gradients are averaged over gloo in another order."""
 import json
 import os
 import shutil
@@ -89,8 +89,10 @@ def one_against_two(tmp, batch_size: int) -> None:
 def sixty_in_training(tmp, prepared_tiny, tiny_no_dropout, monkeypatch) -> None:
     """The prepared demo corpus, re-split so that 60 of the 80 documents train."""
     copy_prepared(prepared_tiny, tmp, monkeypatch)
-    params = write_params(tmp / "params.yaml", model={"name": str(tiny_no_dropout)},
-                          split={"fractions": {"train": 0.75, "validation": 0.125, "test": 0.125}})
+    # stratified_shuffle: exact class counts, 60 of 80 (the stable split's are approximate)
+    params = write_params(tmp / "params.yaml", model={"name": str(tiny_no_dropout), "dropout": 0.0},
+                          split={"fractions": {"train": 0.75, "validation": 0.125, "test": 0.125},
+                                 "method": "stratified_shuffle"})
     split.main(["--params", str(params), "--corpus", "c.parquet", "--splits", "sp.parquet", "--counts", "n.json"])
     assert len(pd.read_parquet(tmp / "sp.parquet").query("split == 'train'")) == 60
 
@@ -143,7 +145,10 @@ def test_a_killed_rank_stops_every_rank_and_fails_the_run(tmp_path, prepared_tin
     os.kill(ranks[1], signal.SIGKILL)
     assert proc.wait(timeout=120) == 1
     log = (tmp_path / "log.txt").read_text()
-    assert "training on train.processes=2 processes failed" in log
+    errors = [line for line in log.splitlines() if " ERROR " in line]
+    assert len(errors) == 1 and "Traceback" not in log, log[-3000:]  # one line, not torchrun's traceback
+    assert "training on train.processes=2 processes failed: rank 1" in errors[0]
+    assert "was killed by SIGKILL" in errors[0]
     assert not any(os.path.exists(f"/proc/{pid}") and "Z" not in open(f"/proc/{pid}/stat").read().split()[2]
                    for pid in ranks)
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")

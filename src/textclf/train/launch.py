@@ -5,7 +5,10 @@ through mpirun.) Accelerate then reads the torchrun environment in every worker 
 NCCL on GPUs, gloo on CPUs.
 
 If one worker fails, torchrun stops the others (SIGTERM, then SIGKILL), so no rank is left
-waiting on a collective, and the launcher exits non-zero.
+waiting on a collective, and the launcher exits non-zero in one line that says what failed:
+a worker writes its one-line error (a UserError, a peer lost mid-training) into the launch's
+folder instead of logging it, and torchrun's wrapper names the first failure (that line, or a
+rank killed by a signal) there too, instead of its traceback.
 
 Several machines (train.nodes > 1) meet through torchrun's *static* rendezvous, a TCP store
 on node 0 at train.rdzv_endpoint. Not c10d: c10d ignores --node-rank and numbers the nodes
@@ -19,6 +22,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -26,17 +30,25 @@ import sys
 import tempfile
 import traceback
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
+from typing import NamedTuple
 
 import yaml
 
 from textclf.config import load_params
-from textclf.io import Interrupted, UserError, die_with_parent, run_stage, setup_logging
+from textclf.io import (DEBUG_ENV, Interrupted, UserError, die_with_parent, expected, one_line, run_stage,
+                        setup_logging)
 from textclf.model_source import resolve_model_name
 
 log = logging.getLogger(__name__)
 RDZV_FAILED = 75  # torchrun's exit status when the nodes never met (EX_TEMPFAIL)
-RDZV_ERROR = "TEXTCLF_RDZV_ERROR"  # file where the torchrun wrapper leaves torch's reason
+# the launch's folder: torchrun's wrapper leaves torch's rendezvous reason and the first
+# failure there, each worker its one-line error (rank-N.txt)
+LAUNCH_DIR = "TEXTCLF_LAUNCH_DIR"
+RDZV_FILE, FAILURE_FILE = "rendezvous.txt", "failure.txt"
+# gloo's words when another rank's process or machine went away mid-collective
+LOST = ("Connection closed by peer", "Connection reset by peer")
 
 
 def is_worker() -> bool:
@@ -67,18 +79,23 @@ def torchrun_args(cfg, node_rank: int = 0) -> list[str]:
             f"--rdzv-conf=timeout={cfg.rdzv_timeout}", "--max-restarts=0"]
 
 
-def launch(module: str, argv: list[str], cfg, node_rank: int = 0) -> tuple[int, str, str]:
-    """`python -m module argv` on train.processes local processes (of train.nodes machines)
-    -> (torchrun's exit code, launch id, torch's reason when the nodes never met). SIGINT/
-    SIGTERM received here are passed on; the workers checkpoint and stop."""
+class Launched(NamedTuple):
+    rc: int  # torchrun's exit status
+    launch_id: str
+    rendezvous: str  # torch's reason when the nodes never met
+    failure: str  # the first failure, in one line ("" when nothing said)
+
+
+def launch(module: str, argv: list[str], cfg, node_rank: int = 0) -> Launched:
+    """`python -m module argv` on train.processes local processes (of train.nodes machines).
+    SIGINT/SIGTERM received here are passed on; the workers checkpoint and stop."""
     launch_id = uuid.uuid4().hex
     logs = Path(tempfile.mkdtemp(prefix="textclf-torchrun-"))  # torchrun's own, else left in $TMPDIR
     cmd = [sys.executable, "-c", "from textclf.train.launch import torchrun; torchrun()",
            *torchrun_args(cfg, node_rank), f"--log-dir={logs}", "-m", module, *argv]
     where = f" on node {node_rank} of {cfg.nodes}" if cfg.nodes > 1 else ""
     log.info("launching %d processes%s: %s", cfg.processes, where, shlex.join(cmd))
-    reason_file = logs / "rendezvous.txt"
-    env = {**os.environ, LAUNCH_ID: launch_id, RDZV_ERROR: str(reason_file), "OMP_NUM_THREADS":
+    env = {**os.environ, LAUNCH_ID: launch_id, LAUNCH_DIR: str(logs), "OMP_NUM_THREADS":
            os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // cfg.processes))}
     # torchrun's agent gets SIGTERM when this launcher dies, and passes it to the workers
     proc = subprocess.Popen(cmd, env=env,
@@ -90,25 +107,88 @@ def launch(module: str, argv: list[str], cfg, node_rank: int = 0) -> tuple[int, 
         proc.wait()
         raise
     finally:
-        reason = reason_file.read_text().strip() if reason_file.is_file() else ""
+        said = [(logs / name).read_text().strip() if (logs / name).is_file() else ""
+                for name in (RDZV_FILE, FAILURE_FILE)]
         shutil.rmtree(logs, ignore_errors=True)
-    return rc, launch_id, reason
+    return Launched(rc, launch_id, *said)
 
 
 def torchrun() -> None:
-    """torchrun itself (argv: its options, then the worker's), except that a rendezvous that
-    fails (a node that never came, a node 0 that never listened) exits RDZV_FAILED with
-    torch's reason in $TEXTCLF_RDZV_ERROR, for the launcher's one line, not a traceback."""
+    """torchrun itself (argv: its options, then the worker's), except that it fails in a file,
+    for the launcher's one line, not in a traceback and log lines: a rendezvous that fails (a
+    node that never came, a node 0 that never listened) exits RDZV_FAILED with torch's reason,
+    a worker that fails exits 1 with the first failure."""
     from torch.distributed import DistError
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import main
 
+    if os.environ.get(DEBUG_ENV) != "1":  # each elastic logger has its own level (LOGLEVEL)
+        for name in list(logging.Logger.manager.loggerDict):
+            if name.startswith("torch.distributed.elastic"):
+                logging.getLogger(name).setLevel(logging.CRITICAL)
+    folder = Path(os.environ[LAUNCH_DIR])
     try:
         main(sys.argv[1:])
     except DistError as err:
         if not any(f.name == "next_rendezvous" for f in traceback.extract_tb(err.__traceback__)):
             raise
-        Path(os.environ[RDZV_ERROR]).write_text(str(err).strip().splitlines()[0])
+        (folder / RDZV_FILE).write_text(str(err).strip().splitlines()[0])
         sys.exit(RDZV_FAILED)
+    except ChildFailedError as err:
+        (folder / FAILURE_FILE).write_text(first_failure(err, folder))
+        sys.exit(1)
+
+
+def first_failure(err, folder: Path) -> str:
+    """torchrun's first failure (ChildFailedError) in one line: the failing rank's own line,
+    else how it ended."""
+    failed, failure = err.get_first_failure()
+    said = folder / f"rank-{failed}.txt"
+    if failure.exitcode > 0 and said.is_file():
+        return said.read_text().strip()
+    if failure.exitcode < 0:
+        return (f"rank {failed} (pid {failure.pid}) was killed by {failure.signal_name()} (kill, or the "
+                "out-of-memory killer): rerun the same command")
+    return f"rank {failed} (pid {failure.pid}) exited with status {failure.exitcode}; its error is logged above"
+
+
+def lost_peer(err: BaseException) -> str | None:
+    """One line for a collective that failed because another rank's process or machine went
+    away, or None."""
+    text = str(err).strip()
+    if not isinstance(err, RuntimeError) or not any(words in text for words in LOST):
+        return None
+    detail = re.sub(r"^\[[^\]]*\]\s*", "", text.splitlines()[0]).split(". ")[0]  # gloo: [file:line] ...
+    if int(os.environ.get("GROUP_WORLD_SIZE", "1")) > 1:
+        return (f"a node was lost mid-training: rank {rank()} on node {os.environ.get('GROUP_RANK')} lost "
+                f"its connection to the others ({detail}); that node stopped, crashed or lost its network "
+                "(its log says which): rerun the train stage on node 0 and the join command on the others "
+                "(training on several nodes starts over).")
+    return (f"a process was lost mid-training: rank {rank()} lost its connection to the others ({detail}): "
+            "rerun the same command to resume from the last checkpoint.")
+
+
+@contextmanager
+def failures_to_launcher():
+    """Around a worker's work: a failure a user can fix (io.expected) or a peer lost
+    mid-training goes to the launcher, which says it once in one line (N ranks would say it N
+    times, torchrun would add its traceback); the worker exits 1 without a word. A bug keeps
+    its traceback."""
+    try:
+        yield
+    except Exception as err:
+        lost = lost_peer(err)
+        folder = os.environ.get(LAUNCH_DIR)
+        if folder is None:  # torchrun started by hand: run_stage says it
+            if lost:
+                raise UserError(lost) from err
+            raise
+        if not lost and not expected(err):
+            raise
+        if os.environ.get(DEBUG_ENV) == "1":
+            log.exception("the traceback, as %s=1 asks:", DEBUG_ENV)
+        Path(folder, f"rank-{rank()}.txt").write_text(lost or one_line(err))
+        raise SystemExit(1) from None
 
 
 def check_same_inputs(accelerator, key: str, processes: int) -> None:
@@ -184,16 +264,18 @@ def join(argv: list[str] | None = None) -> None:
         inputs = [w for flag, path in named.items() for w in (flag, path)]
         outputs = [w for name in ("model-dir", "curve", "guards", "movement", "run-file", "checkpoint-dir")
                    for w in (f"--{name}", str(folder / name))]
-        rc, _, reason = launch("stages.train", ["--params", params, *inputs, *outputs], cfg, args.node_rank)
+        launched = launch("stages.train", ["--params", params, *inputs, *outputs], cfg, args.node_rank)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    if reason:
+    if launched.rendezvous:
         raise UserError(f"node {args.node_rank} could not join node 0 at train.rdzv_endpoint="
-                        f"{cfg.rdzv_endpoint} within train.rdzv_timeout={cfg.rdzv_timeout} s ({reason}): "
-                        "start the train stage on node 0 (dvc repro) and check that this node reaches it.")
-    if rc != 0:
-        raise UserError(f"node {args.node_rank} failed (torchrun exit {rc}); the failing rank's error "
-                        "is logged above, and node 0's log has the rest.")
+                        f"{cfg.rdzv_endpoint} within train.rdzv_timeout={cfg.rdzv_timeout} s "
+                        f"({launched.rendezvous}): start the train stage on node 0 (dvc repro) and check "
+                        "that this node reaches it.")
+    if launched.rc != 0:
+        raise UserError(f"node {args.node_rank} failed: {launched.failure}" if launched.failure else
+                        f"node {args.node_rank} failed (torchrun exit {launched.rc}); the failing rank's "
+                        "error is logged above, and node 0's log has the rest.")
     log.info("node %d of %d done: node 0 wrote the model and logged the run", args.node_rank, cfg.nodes)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from contextlib import nullcontext
 from pathlib import Path
 
 import mlflow
@@ -27,7 +28,8 @@ from textclf.tracking.runs import (fail_launched_runs, lineage_tags, log_dataset
 from textclf.tracking.store import check_store
 from textclf.train import guards
 from textclf.train.checkpoint import Checkpointer, Progress, training_key
-from textclf.train.launch import RDZV_FAILED, check_same_inputs, forbid_tracking, is_worker, launch, rank
+from textclf.train.launch import (RDZV_FAILED, check_same_inputs, failures_to_launcher, forbid_tracking, is_worker,
+                                  launch, rank)
 from textclf.train.loop import EpochSelector, fit, make_accelerator
 from textclf.train.records import EpochLogger, GuardBook, NoTracking, RunLog
 
@@ -176,18 +178,19 @@ def launch_processes(cfg, argv: list[str]) -> None:
     check how it ended."""
     uri = tracking_uri()
     check_store(uri)  # fail here, once, before starting N processes
-    rc, launch_id, reason = launch("stages.train", argv, cfg)
-    if rc != 0:
-        fail_launched_runs(use_experiment(uri), launch_id)
-    if rc == RDZV_FAILED and reason:
+    launched = launch("stages.train", argv, cfg)
+    if launched.rc != 0:
+        fail_launched_runs(use_experiment(uri), launched.launch_id)
+    if launched.rc == RDZV_FAILED and launched.rendezvous:
         raise UserError(f"train.nodes={cfg.nodes}: the other nodes did not join at train.rdzv_endpoint="
-                        f"{cfg.rdzv_endpoint} within train.rdzv_timeout={cfg.rdzv_timeout} s ({reason}): "
-                        f"on each node K in 1..{cfg.nodes - 1} run `python -m textclf.train.launch "
-                        "--node-rank K` (README, Team setup), or raise train.rdzv_timeout.")
-    if rc != 0:
-        nodes = f" on each of train.nodes={cfg.nodes}" if cfg.nodes > 1 else ""
-        raise UserError(f"training on train.processes={cfg.processes} processes{nodes} failed (torchrun "
-                         f"exit {rc}); the failing rank's error is logged above.")
+                        f"{cfg.rdzv_endpoint} within train.rdzv_timeout={cfg.rdzv_timeout} s "
+                        f"({launched.rendezvous}): on each node K in 1..{cfg.nodes - 1} run `python -m "
+                        "textclf.train.launch --node-rank K` (README, Team setup), or raise train.rdzv_timeout.")
+    if launched.rc != 0:
+        what = f"training on train.processes={cfg.processes} processes" + (
+            f" on each of train.nodes={cfg.nodes}" if cfg.nodes > 1 else "")
+        raise UserError(f"{what} failed: {launched.failure}" if launched.failure else
+                        f"{what} failed (torchrun exit {launched.rc}); the failing rank's error is logged above.")
 
 
 def run(args, argv: list[str]) -> None:
@@ -196,6 +199,13 @@ def run(args, argv: list[str]) -> None:
     cfg = params["train"]
     if cfg.processes * cfg.nodes > 1 and not is_worker():
         return launch_processes(cfg, argv)
+    with failures_to_launcher() if is_worker() else nullcontext():
+        train_rank(args, params)
+
+
+def train_rank(args, params: dict) -> None:
+    """This process's share: rank 0 opens, logs and ends the run; the other ranks train alongside."""
+    cfg = params["train"]
     main_rank = rank() == 0
     if main_rank:
         uri = tracking_uri()
