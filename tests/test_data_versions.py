@@ -2,11 +2,16 @@
 challenger's test documents it never saw, the gate moves `champion` on that comparison, the
 move is recorded, and the document-level diff says what changed. Real stages and a real
 SQLite store; the encoder is the tiny RANDOM BERT from conftest (wiring, not accuracy)."""
+import hashlib
 import json
+import os
 import shutil
+import subprocess
+import sys
 
 import pandas as pd
 import pytest
+import yaml
 from mlflow.tracking import MlflowClient
 
 from stages import ingest, split
@@ -15,7 +20,8 @@ from textclf.config import EvaluateParams
 from textclf.evaluate.champion import Challenge, common_set, judge
 from textclf.tracking.registry import HISTORY_TAG, SPLIT_TAG, register
 
-from conftest import REPO, run_baseline, run_evaluate, run_train, write_params
+from conftest import REPO, copy_repo, dvc, git, run_baseline, run_evaluate, run_train, write_params
+from test_pipeline import ran
 from test_registry import PASS, logged_runs
 
 
@@ -111,3 +117,81 @@ def test_a_champion_without_a_split_table_stays_and_says_why(tmp_path, caplog):
     decision = register(new, "m", {**PASS, SPLIT_TAG: "s2", "test_macro_f1": "0.99"}, challenge)
     assert (decision["promoted"], decision["champion"], decision["champion_comparison"]) == (False, 1, None)
     assert "registered before runs carried their split table" in caplog.text
+
+
+NEW_DOCS = {  # written for this test: one more document per class of the demo corpus
+    "business/new01.txt": "A regional grocer agreed to buy two rival chains in a deal that values the "
+                          "combined company at four billion, and its shares rose on the news.",
+    "entertainment/new01.txt": "The festival opened with a sold-out premiere, and the director thanked a "
+                               "cast of unknown actors who had rehearsed in a barn for a year.",
+    "politics/new01.txt": "The opposition tabled an amendment to the housing bill, saying the minister "
+                          "had promised tenants protection that the draft never delivers.",
+    "sport/new01.txt": "The visitors scored twice in the final ten minutes to win the cup tie and reach "
+                       "the quarter-finals for the first time in their history.",
+    "tech/new01.txt": "The start-up released an open-source compiler that halves build times for large "
+                      "code bases by caching results across machines.",
+}
+
+
+def model_md5(repo) -> tuple[str, str]:
+    """(the model folder's md5 in dvc.lock, the md5 of the weights on disk)."""
+    lock = yaml.safe_load((repo / "dvc.lock").read_text())["stages"]
+    weights = (repo / "models" / "model" / "model.safetensors").read_bytes()
+    return (next(o["md5"] for o in lock["train"]["outs"] if o["path"] == "models/model"),
+            hashlib.md5(weights).hexdigest())
+
+
+@pytest.mark.slow
+def test_data_under_dvc_grows_is_diffed_and_rolls_back_without_training(tmp_path, tiny_random_bert):
+    """The README's journey: `dvc add` the source, tag, add documents, `dvc repro`, read the
+    diff and the gate, compare the tags with textclf.datadiff, then `git checkout` the first
+    tag and `dvc checkout`: the first model is back, bit for bit, and nothing trains."""
+    repo = copy_repo(tmp_path / "repo")
+    shutil.copytree(REPO / "data" / "sample", repo / "data" / "raw")
+    write_params(repo / "params.yaml", ingest={"source": "data/raw"}, tokenize={"max_length": 64},
+                 model={"name": str(tiny_random_bert)}, train={"epochs": 3, "lr_head": 1e-2})
+    dvc(repo, "add", "data/raw")
+    first = dvc(repo, "repro")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "data v1")
+    git(repo, "tag", "data-v1")
+    v1_model, v1_splits = model_md5(repo), pd.read_parquet(repo / "data/processed/splits.parquet")
+    assert "Running stage 'train'" in first
+
+    for rel, text in NEW_DOCS.items():
+        (repo / "data" / "raw" / rel).write_text(text + "\n", encoding="utf-8")
+    # A labelling round moves a test document to another class folder. Both classes are ones the
+    # split did not repair (a repaired group returns to its own side once its class no longer
+    # needs it: a counted move, docs/data_versions.md).
+    counts = json.loads((repo / "data/processed/split_counts.json").read_text())
+    repaired = {r["label"] for r in counts["repairs"]}
+    tests = v1_splits[(v1_splits["split"] == "test") & ~v1_splits["label"].isin(repaired)]
+    moved = tests[tests["label"].map(tests["label"].value_counts()) > 1].iloc[0]
+    other = sorted(set(tests["label"]) - {moved["label"]})[0]
+    (repo / "data" / "raw" / moved["source_path"]).rename(repo / "data" / "raw" / other / "moved.txt")
+    dvc(repo, "add", "data/raw")
+    dvc(repo, "repro")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "data v2")
+    git(repo, "tag", "data-v2")
+    v2_splits = pd.read_parquet(repo / "data/processed/splits.parquet")
+    both = v1_splits.merge(v2_splits, on="content_hash", suffixes=("_v1", "_v2"))
+    assert len(both) == len(v1_splits) and (both["split_v1"] == both["split_v2"]).all()  # nothing moved
+    metrics = json.loads((repo / "reports/metrics.json").read_text())
+    assert {k: metrics["data_diff"][k] for k in ("added", "relabelled", "removed", "changed_split")} == \
+        {"added": 5, "relabelled": 1, "removed": 0, "changed_split": 0}
+    # the relabelled test document makes another test split: the gate compares on common documents
+    cmp = metrics["registry"]["champion_comparison"]
+    assert cmp["champion_version"] == 1 and cmp["left_out"]["champion_trained_on"] == 0
+    assert cmp["n"] == (v2_splits["split"] == "test").sum() and "gate." in json.dumps(cmp["tags"])
+    assert "Data version" in (repo / "reports/report.md").read_text()
+    shown = subprocess.run([sys.executable, "-m", "textclf.datadiff", "data-v1", "data-v2"],
+                           cwd=repo, capture_output=True, text=True,
+                           env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+    assert shown.returncode == 0, shown.stderr
+    assert "5 added, 0 removed, 1 relabelled, 0 edited" in shown.stdout
+
+    git(repo, "checkout", "-q", "data-v1")
+    dvc(repo, "checkout")
+    assert model_md5(repo) == v1_model  # the first model's weights, bit for bit
+    assert ran(dvc(repo, "repro")) == set()  # ... and nothing trains
