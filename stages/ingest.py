@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 
 from textclf.config import load_params
-from textclf.data.corpus import seen, write_corpus
+from textclf.data.corpus import write_corpus
 from textclf.data.tables import Columns
 from textclf.io import run_stage, setup_logging, stage_parser, write_json
 
@@ -25,10 +25,9 @@ def main(argv: list[str] | None = None) -> None:
     columns = Columns(params.text_column, params.label_column, params.id_column, params.tsv_quoting)
     report = write_corpus(params.source, args.corpus, params.max_bytes, params.min_per_class,
                           params.near_duplicates, columns)
-    write_json(args.report, report)
-    log.info("seen %d %s, kept %d in %d classes, skipped %s", seen(report),
-             "rows" if "rows_seen" in report else "files", report["kept"], len(report["per_class"]),
-             report["skipped"])
+    write_json(args.report, report.to_json())
+    log.info("seen %d %s, kept %d in %d classes, skipped %s", report.seen, report.unit, report.kept,
+             len(report.per_class), report.counts())
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import stat
+import subprocess
 import sys
 import tarfile
 import zipfile
@@ -432,6 +433,32 @@ def test_main_writes_parquet_and_report(tmp_path):
     assert report["skipped"] == {"duplicate": 1}
     assert report["encodings"] == {"utf-8": 7}
     assert report["files_seen"] == report["kept"] + sum(report["skipped"].values())
+
+
+def test_demo_report_keys_stay_in_order():
+    """ingest_report.json as the report stage and users' scripts read it: its keys, in order."""
+    _, report = build_corpus(REPO / "data" / "sample", 1_000_000, 5)
+    assert list(report) == ["source", "class_root", "files_seen", "kept", "skipped", "encodings",
+                            "per_class", "ignored_top_level", "skipped_files", "duplicate_groups",
+                            "duplicates_not_byte_identical", "conflicts", "near_duplicates"]
+    assert list(report["near_duplicates"]) == [
+        "enabled", "threshold", "shingle_size", "num_perm", "conflicts", "candidate_pairs",
+        "checked_pairs", "linked_pairs", "lsh_bands", "groups", "documents_in_groups", "group_sizes",
+        "top_pairs", "mixed_label_groups"]
+    assert report["source"] == str(REPO / "data" / "sample") and report["files_seen"] == report["kept"] == 80
+
+
+def test_accounting_that_does_not_add_up_raises_under_python_O():
+    """The invariant seen = kept + skipped is an explicit raise: `python -O` drops asserts."""
+    code = ("from collections import Counter\n"
+            "from textclf.data.ingest_report import AccountingError, IngestReport, SkipReason\n"
+            "report = IngestReport('src', seen=3)\n"
+            "report.skip(SkipReason.BINARY, 'a/x.bin')\n"
+            "try:\n    report.finish(1, Counter(a=1), Counter({'utf-8': 1}))\n"
+            "except AccountingError as err:\n    print(err)\n")
+    out = subprocess.run([sys.executable, "-O", "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ("ingest saw 3 files but kept 1 and skipped {'binary': 1}: "
+                                  "each must be kept or skipped once")
 
 
 @pytest.mark.slow

@@ -74,6 +74,13 @@ def test_every_bad_row_is_counted_under_its_reason(rows, tmp_path):
     frame, report = build_corpus(csv, limit, 5, ND, Columns(id="id"))
     assert report["skipped"] == {"empty_text": 2, "malformed_line": 1, "missing_label": 1, "too_large": 1}
     assert report["rows_seen"] == report["kept"] + sum(report["skipped"].values()) == len(rows) + 5
+    # ingest_report.json of a table source: the folder's keys but files_seen, then the tables'
+    assert list(report) == ["source", "class_root", "kept", "skipped", "encodings", "per_class",
+                            "ignored_top_level", "skipped_files", "duplicate_groups",
+                            "duplicates_not_byte_identical", "conflicts", "rows_seen", "tables",
+                            "columns", "near_duplicates"]
+    assert report["skipped_files"][0] == {"path": "bad.csv:81", "id": "x", "reason": "missing_label"}
+    assert report["columns"] == {"text": "text", "label": "label", "id": "id", "tsv_quoting": False}
     jsonl = tmp_path / "bad.jsonl"
     lines = [json.dumps(r) for r in good] + [
         '{"id": "n", "label": "sport", "text": 42}', '{"id": "m", "label": null, "text": "x"}',

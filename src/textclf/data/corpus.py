@@ -1,6 +1,7 @@
 """Turn source entries into a clean, de-duplicated corpus table plus an accounting report.
 
-Invariant, checked before returning: files seen = kept + sum of every skip reason.
+Invariant, checked before returning (data.ingest_report): files (or rows) seen = kept + sum
+of every skip reason.
 Exact duplicates (after normalisation) are kept once; near-duplicates are all kept and
 share a `group`, which the split keeps together.
 """
@@ -15,6 +16,7 @@ import unicodedata
 from collections import Counter, defaultdict
 from functools import partial
 from pathlib import Path
+from typing import Any, Iterator, NamedTuple
 
 import numpy as np
 
@@ -22,16 +24,28 @@ import pandas as pd
 
 from textclf.config import NearDuplicateParams
 from textclf.io import UserError, atomic_path, temp_beside
+from textclf.data.ingest_report import IngestReport, SkipReason
 from textclf.data.ledger import SCHEMA, Ledger
 from textclf.data.near_dups import NearDuplicates, group_sketched, sketch_and_keys
-from textclf.data.sources import HIDDEN, UNSAFE_MEMBER, Entry, is_hidden, open_source
-from textclf.data.tables import Columns, not_tables, nothing_usable, read_rows, source_root, table_files
+from textclf.data.sources import Entry, is_hidden, open_source
+from textclf.data.tables import (Columns, Row, not_tables, nothing_usable, read_rows, source_root,
+                                 table_files)
 from textclf.data.text import decode
 
 log = logging.getLogger(__name__)
 
 COLUMNS = SCHEMA.names  # of the corpus parquet
 TOP_PAIRS = 20  # most similar near-duplicate pairs listed in the report
+
+
+class Document(NamedTuple):
+    """One document read from the source: the arguments of Ledger.add."""
+    label: str
+    path: str
+    text: str  # NFC, stripped
+    digest: bytes  # sha256 of the normalised text
+    encoding: str
+    raw: bytes  # sha256 of the source bytes
 
 
 def normalise(text: str) -> str:
@@ -43,7 +57,7 @@ def find_class_root(entries: list[Entry]) -> tuple[str, ...]:
     """Descend through lone wrapper folders (e.g. `bbc/` beside a README) to the
     folder whose sub-folders are the classes."""
     usable = [e.parts for e in entries
-              if e.problem != UNSAFE_MEMBER and not any(is_hidden(p) for p in e.parts)]
+              if e.problem != SkipReason.UNSAFE_ARCHIVE_MEMBER and not any(is_hidden(p) for p in e.parts)]
     root: tuple[str, ...] = ()
     while True:
         n = len(root)
@@ -57,29 +71,46 @@ def find_class_root(entries: list[Entry]) -> tuple[str, ...]:
         root += (only,)
 
 
-def _document(label: str, path: str, data: bytes, text: str, encoding: str) -> tuple | str:
-    """-> the Ledger.add arguments of one document, or "empty" when nothing but whitespace."""
+def _document(label: str, path: str, data: bytes, text: str, encoding: str) -> Document | SkipReason:
+    """-> one document, or SkipReason.EMPTY when it holds nothing but whitespace."""
     norm = normalise(text)
     if not norm:
-        return "empty"
+        return SkipReason.EMPTY
     digest = hashlib.sha256(norm.encode("utf-8")).digest()
     text = unicodedata.normalize("NFC", text).strip()
-    return label, path, text, digest, encoding, hashlib.sha256(data).digest()
+    return Document(label, path, text, digest, encoding, hashlib.sha256(data).digest())
 
 
-def _read_entry(entry: Entry, label: str, max_bytes: int) -> tuple | str:
+def _read_entry(entry: Entry, label: str, max_bytes: int) -> Document | SkipReason:
     """One entry -> a document, or the reason it was skipped."""
-    if entry.problem:
+    if entry.problem is not None:
         return entry.problem
+    if entry.read is None:
+        raise ValueError(f"entry {entry.parts} has neither a problem nor a reader")
     if is_hidden(label):
-        return HIDDEN
+        return SkipReason.HIDDEN
     if entry.size > max_bytes:
-        return "too_large"
+        return SkipReason.TOO_LARGE
     data = entry.read()
     text, how = decode(data)
     if text is None:
-        return how
+        return SkipReason(how)
     return _document(label, "/".join(entry.parts), data, text, how)
+
+
+def _row_document(row: Row, refs: set[str], max_bytes: int) -> Document | SkipReason:
+    """One table row -> a document, or the reason it was skipped (a row's blank text is
+    EMPTY_TEXT where a folder's blank file is EMPTY). Rows hold text, so the bytes are its
+    UTF-8 encoding."""
+    if row.problem is not None:
+        return row.problem
+    if row.ref in refs:
+        return SkipReason.DUPLICATE_ID
+    data = row.text.encode("utf-8")
+    if len(data) > max_bytes:
+        return SkipReason.TOO_LARGE
+    result = _document(row.label, row.ref, data, row.text, "utf-8")
+    return SkipReason.EMPTY_TEXT if result is SkipReason.EMPTY else result
 
 
 def _near_duplicate_summary(paths: list[str], found: NearDuplicates, members: list[list[int]]) -> dict:
@@ -93,20 +124,21 @@ def _near_duplicate_summary(paths: list[str], found: NearDuplicates, members: li
                           for i, j, sim in top]}
 
 
-def _group_near_duplicates(ledger: Ledger, order: np.ndarray, cfg: NearDuplicateParams,
-                           skipped: Counter, report: dict) -> tuple[np.ndarray, np.ndarray]:
+def _group_near_duplicates(ledger: Ledger, order: np.ndarray, params: NearDuplicateParams,
+                           report: IngestReport) -> tuple[np.ndarray, np.ndarray]:
     """-> (the documents still kept, as ledger indices in corpus order; per document, the
     position of its group's first document). A group spanning two labels is dropped whole
-    or kept, as `cfg.conflicts` says."""
-    report["near_duplicates"] = section = {"enabled": cfg.enabled}
-    if not cfg.enabled or len(order) == 0:  # none kept: ingest fails on the classes next
+    or kept, as `params.conflicts` says."""
+    section: dict[str, Any] = {"enabled": params.enabled}
+    report.near_duplicates = section
+    if not params.enabled or len(order) == 0:  # none kept: ingest fails on the classes next
         return order, np.arange(len(order))
     started = time.perf_counter()
     position = {int(i): k for k, i in enumerate(order)}
 
-    def texts_at(positions: np.ndarray):
+    def texts_at(positions: np.ndarray) -> Iterator[tuple[int, str]]:
         return ((position[i], text) for i, text in ledger.texts_at(np.sort(order[positions])))
-    found = group_sketched(ledger.sketches(order), texts_at, cfg)
+    found = group_sketched(ledger.sketches(order), texts_at, params)
     paths = [ledger.paths[i] for i in order.tolist()]
     labels = [ledger.labels[i] for i in order.tolist()]
     by_root: dict[int, list[int]] = defaultdict(list)
@@ -114,20 +146,21 @@ def _group_near_duplicates(ledger: Ledger, order: np.ndarray, cfg: NearDuplicate
         if root != k:
             by_root[root].append(k)
     members = [[root, *rest] for root, rest in by_root.items()]
-    section.update(threshold=cfg.threshold, shingle_size=cfg.shingle_size, num_perm=cfg.num_perm,
-                   conflicts=cfg.conflicts, **_near_duplicate_summary(paths, found, members))
+    section.update(threshold=params.threshold, shingle_size=params.shingle_size,
+                   num_perm=params.num_perm, conflicts=params.conflicts,
+                   **_near_duplicate_summary(paths, found, members))
     mixed = [m for m in members if len({labels[k] for k in m}) > 1]
     section["mixed_label_groups"] = [
         {"labels": sorted({labels[k] for k in m}), "paths": [paths[k] for k in m],
-         "action": "dropped" if cfg.conflicts == "drop" else "kept"} for m in mixed]
+         "action": "dropped" if params.conflicts == "drop" else "kept"} for m in mixed]
     keep = np.ones(len(order), bool)
-    if cfg.conflicts == "drop":
+    if params.conflicts == "drop":
         for m in mixed:
             keep[m] = False
     if not keep.all():
-        skipped["near_duplicate_conflict"] += int((~keep).sum())
+        report.drop(SkipReason.NEAR_DUPLICATE_CONFLICT, int((~keep).sum()))
     log.info("near-duplicates: %d groups hold %d documents; %d mixed-label (conflicts: %s); %.1f s",
-             len(members), section["documents_in_groups"], len(mixed), cfg.conflicts,
+             len(members), section["documents_in_groups"], len(mixed), params.conflicts,
              time.perf_counter() - started)
     renumbered = np.cumsum(keep) - 1  # old position -> new position (of kept documents)
     return order[keep], renumbered[np.asarray(found.group_of, np.int64)[keep]]
@@ -146,97 +179,77 @@ def _check_classes(per_class: Counter, min_per_class: int) -> None:
                         "at least two classes (class folders under ingest.source, or label values).")
 
 
-def _folder_docs(source: Path, max_bytes: int, report: dict, skipped: Counter,
-                 ledger: Ledger) -> set[str]:
+def _folder_docs(source: Path, max_bytes: int, report: IngestReport, ledger: Ledger) -> set[str]:
     """A folder (or archive) of class folders -> the ledger; returns the class folder names."""
     class_folders = set()
     with open_source(source) as entries:
         root = find_class_root(entries)
-        report["class_root"] = "/".join(root)
+        report.class_root = "/".join(root)
         depth = len(root)
         for entry in entries:
-            unsafe = entry.problem == UNSAFE_MEMBER
+            unsafe = entry.problem == SkipReason.UNSAFE_ARCHIVE_MEMBER
             in_class = not unsafe and entry.parts[:depth] == root and len(entry.parts) > depth + 1
             if not in_class and not unsafe:
-                report["ignored_top_level"].append("/".join(entry.parts))
+                report.ignored_top_level.append("/".join(entry.parts))
                 continue
-            report["files_seen"] += 1
+            report.seen += 1
             label = entry.parts[depth] if in_class else ""
             if in_class and not is_hidden(label):
                 class_folders.add(label)
             result = _read_entry(entry, label, max_bytes)
-            if isinstance(result, str):
-                skipped[result] += 1
-                report["skipped_files"].append({"path": "/".join(entry.parts), "reason": result})
+            if isinstance(result, SkipReason):
+                report.skip(result, "/".join(entry.parts))
             else:
                 ledger.add(*result)
     return class_folders
 
 
-def _table_docs(files: list[Path], columns: Columns, max_bytes: int, report: dict,
-                skipped: Counter, ledger: Ledger) -> set[str]:
-    """Rows of table files -> the ledger; returns the labels seen. Rows hold text, so the
-    bytes are its UTF-8 encoding (JSON Lines lines decode as files do). Files beside a table
+def _table_docs(files: list[Path], columns: Columns, max_bytes: int, report: IngestReport,
+                ledger: Ledger) -> set[str]:
+    """Rows of table files -> the ledger; returns the labels seen. Files beside a table
     folder's tables (a README) are skipped and listed, as a folder corpus's top-level files are."""
-    source = report["source"]
-    report.pop("files_seen")
-    report.update(rows_seen=0, tables=[str(p) for p in files], columns=dataclasses.asdict(columns),
-                  ignored_top_level=not_tables(source))
-    if report["ignored_top_level"]:
-        log.warning("ingest.source=%s: skipped %d file(s) that are not tables: %s", source,
-                    len(report["ignored_top_level"]), report["ignored_top_level"][:5])
-    labels, refs = set(), set()
-    for row in read_rows(files, columns, source_root(source)):
-        report["rows_seen"] += 1
-        result = row.problem
-        if result is None and row.ref in refs:
-            result = "duplicate_id"
-        elif result is None:
-            data = row.text.encode("utf-8")
-            result = "too_large" if len(data) > max_bytes else _document(
-                row.label, row.ref, data, row.text, "utf-8")
-        if isinstance(result, str):
-            result = "empty_text" if result == "empty" else result
-            skipped[result] += 1
-            report["skipped_files"].append({"path": row.at, **({"id": row.id} if row.id else {}),
-                                            "reason": result})
+    report.ignored_top_level = not_tables(report.source)
+    if report.ignored_top_level:
+        log.warning("ingest.source=%s: skipped %d file(s) that are not tables: %s", report.source,
+                    len(report.ignored_top_level), report.ignored_top_level[:5])
+    labels: set[str] = set()
+    refs: set[str] = set()
+    for row in read_rows(files, columns, source_root(report.source)):
+        report.seen += 1
+        result = _row_document(row, refs, max_bytes)
+        if isinstance(result, SkipReason):
+            report.skip(result, row.at, row.id)
             continue
         refs.add(row.ref)
         labels.add(row.label)
         ledger.add(*result)
     if not labels:  # not the class check's message: it would speak of class folders
-        raise UserError(nothing_usable(source, files, report["rows_seen"], skipped, columns))
+        raise UserError(nothing_usable(report, files, columns))
     return labels
 
 
 def write_corpus(source: Path | str, out: Path | str, max_bytes: int, min_per_class: int,
                  near_duplicates: NearDuplicateParams = NearDuplicateParams(),
-                 columns: Columns = Columns()) -> dict:
+                 columns: Columns = Columns()) -> IngestReport:
     """A folder of class folders (or an archive of one), or table files (data.tables) ->
     the corpus parquet at `out` (written atomically); returns the accounting report.
     Tables keep their row order; a folder's documents are sorted by path."""
-    report = {"source": str(source), "class_root": "", "files_seen": 0, "kept": 0,
-              "skipped": {}, "encodings": {}, "per_class": {}, "ignored_top_level": [],
-              "skipped_files": [], "duplicate_groups": [], "duplicates_not_byte_identical": 0,
-              "conflicts": []}
-    skipped: Counter = Counter()
     tables = table_files(str(source))
-    nd = near_duplicates
-    sketcher = partial(sketch_and_keys, size=nd.shingle_size, num_perm=nd.num_perm) if nd.enabled else None
+    report = (IngestReport(str(source), tables=[str(p) for p in tables], columns=dataclasses.asdict(columns))
+              if tables else IngestReport(str(source)))
+    sketcher = partial(sketch_and_keys, size=near_duplicates.shingle_size,
+                       num_perm=near_duplicates.num_perm) if near_duplicates.enabled else None
     with atomic_path(out) as tmp, temp_beside(tmp.parent, ".ingest.") as spill:
         ledger = Ledger(spill / "texts.arrow", sketcher)
         if tables:
-            class_folders = _table_docs(tables, columns, max_bytes, report, skipped, ledger)
+            class_folders = _table_docs(tables, columns, max_bytes, report, ledger)
         else:
-            class_folders = _folder_docs(Path(source), max_bytes, report, skipped, ledger)
+            class_folders = _folder_docs(Path(source), max_bytes, report, ledger)
         ledger.close()
-        order = ledger.dedupe(skipped, report)  # a folder's entries came sorted by path
-        order, group_of = _group_near_duplicates(ledger, order, nd, skipped, report)
+        order = ledger.dedupe(report)  # a folder's entries came sorted by path
+        order, group_of = _group_near_duplicates(ledger, order, near_duplicates, report)
         per_class = Counter(ledger.labels[i] for i in order.tolist())
-        report.update(kept=len(order), skipped=dict(sorted(skipped.items())),
-                      encodings=dict(Counter(ledger.encodings)),  # before de-duplication
-                      per_class=dict(sorted(per_class.items())))
-        assert seen(report) == len(order) + sum(skipped.values()), report
+        report.finish(len(order), per_class, Counter(ledger.encodings))  # encodings: before de-duplication
         # A class folder whose every file was skipped still counts, with 0 documents.
         _check_classes(Counter({c: per_class.get(c, 0) for c in class_folders}), min_per_class)
         ledger.write(tmp, order, group_of)
@@ -245,14 +258,10 @@ def write_corpus(source: Path | str, out: Path | str, max_bytes: int, min_per_cl
 
 def build_corpus(source: Path | str, max_bytes: int, min_per_class: int,
                  near_duplicates: NearDuplicateParams = NearDuplicateParams(),
-                 columns: Columns = Columns()) -> tuple[pd.DataFrame, dict]:
-    """write_corpus, read back: (the corpus table, the accounting report)."""
+                 columns: Columns = Columns()) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """write_corpus, read back: (the corpus table, the accounting report as ingest_report.json
+    holds it)."""
     with tempfile.TemporaryDirectory(prefix="textclf-corpus-") as tmp:
         report = write_corpus(source, Path(tmp) / "corpus.parquet", max_bytes, min_per_class,
                               near_duplicates, columns)
-        return pd.read_parquet(Path(tmp) / "corpus.parquet"), report
-
-
-def seen(report: dict) -> int:
-    """Documents ingest looked at: files of a folder, rows of tables."""
-    return report["rows_seen"] if "rows_seen" in report else report["files_seen"]
+        return pd.read_parquet(Path(tmp) / "corpus.parquet"), report.to_json()

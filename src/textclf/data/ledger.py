@@ -7,13 +7,15 @@ written from the spill, record batch by record batch."""
 from __future__ import annotations
 
 import hashlib
-from collections import Counter, defaultdict
+from collections import defaultdict
 from pathlib import Path
 from typing import Callable, Iterator
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from textclf.data.ingest_report import IngestReport, SkipReason
 
 SPILL_ROWS = 10_000  # texts per spilled record batch, and rows per written corpus batch
 SCHEMA = pa.schema([(c, pa.string()) for c in
@@ -38,8 +40,11 @@ class Ledger:
         self._raw: list[bytes] = []  # first 8 bytes of the sha256 of the source bytes
         self._names: dict[str, str] = {}  # one str object per distinct label or encoding
         self._texts: list[str] = []
-        self._sketch, self._sketches, self._keys = sketch, [], []  # keys: smallest shingle hashes
-        self._spill, self._writer = spill, None
+        self._sketch = sketch
+        self._sketches: list[np.ndarray] = []  # MinHash rows, a batch of texts at a time
+        self._keys: list[np.ndarray] = []  # each text's smallest shingle hash
+        self._spill = spill
+        self._writer: pa.ipc.RecordBatchFileWriter | None = None
 
     def add(self, label: str, path: str, text: str, digest: bytes, encoding: str, raw: bytes) -> None:
         self.paths.append(path)
@@ -85,9 +90,9 @@ class Ledger:
         np.minimum.at(smallest, group_of, keys)  # each group's first document gathers the minimum
         return [f"{k:016x}" for k in smallest[group_of].tolist()]
 
-    def dedupe(self, skipped: Counter, report: dict) -> np.ndarray:
+    def dedupe(self, report: IngestReport) -> np.ndarray:
         """Keep the first copy of each text; drop texts that appear under two labels ->
-        the kept indices, ascending."""
+        the kept indices, ascending. Both are counted and listed in `report`."""
         digests = np.array(self._digests, dtype="S32")
         _, first, inverse, counts = np.unique(digests, return_index=True, return_inverse=True,
                                               return_counts=True)
@@ -99,14 +104,14 @@ class Ledger:
         for group in sorted(members.values()):  # in order of first appearance
             labels = sorted({self.labels[i] for i in group})
             if len(labels) > 1:
-                skipped["conflicting_label"] += len(group)
-                report["conflicts"].append({"content_hash": self._digests[group[0]].hex(),
-                                            "labels": labels, "paths": [self.paths[i] for i in group]})
+                report.drop(SkipReason.CONFLICTING_LABEL, len(group))
+                report.conflicts.append({"content_hash": self._digests[group[0]].hex(),
+                                         "labels": labels, "paths": [self.paths[i] for i in group]})
                 continue
             keep[group[0]] = True
-            skipped["duplicate"] += len(group) - 1
-            report["duplicates_not_byte_identical"] += len({self._raw[i] for i in group}) - 1
-            report["duplicate_groups"].append([self.paths[i] for i in group])
+            report.drop(SkipReason.DUPLICATE, len(group) - 1)
+            report.duplicates_not_byte_identical += len({self._raw[i] for i in group}) - 1
+            report.duplicate_groups.append([self.paths[i] for i in group])
         return np.flatnonzero(keep)
 
     def texts_at(self, indices: np.ndarray) -> Iterator[tuple[int, str]]:
@@ -126,7 +131,8 @@ class Ledger:
         """The texts at ascending `order`, SPILL_ROWS at a time, reading the spill one batch
         at a time: the documents were added in corpus order (data.sources sorts a folder's
         entries by path), so no order needs the whole spill in memory."""
-        assert len(order) < 2 or (np.diff(order) > 0).all(), "Ledger.write takes ascending indices"
+        if len(order) > 1 and not (np.diff(order) > 0).all():
+            raise ValueError("Ledger.write takes ascending indices")
         texts: list[str] = []
         for _, text in self.texts_at(order):
             texts.append(text)

@@ -167,7 +167,8 @@ def candidate_pairs(digests: np.ndarray, bands: int, least: int = 0) -> np.ndarr
 
 def _hash_sets(texts_at: TextsAt, indices: np.ndarray, size: int) -> dict[int, np.ndarray]:
     """Sorted unique shingle hashes of the texts at `indices`, for the exact Jaccard."""
-    sets, pending = {}, []
+    sets: dict[int, np.ndarray] = {}
+    pending: list[tuple[int, str]] = []
 
     def flush() -> None:
         hashes, offsets = shingle_hashes([t for _, t in pending], size)

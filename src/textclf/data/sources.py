@@ -15,15 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Callable, Iterator
 
+from textclf.data.ingest_report import SkipReason
 from textclf.io import UserError
-
-# Why an entry cannot be read as a document; None means it is a readable file.
-HIDDEN = "hidden"
-SYMLINK_OUTSIDE = "symlink_outside_root"
-NOT_REGULAR = "not_a_regular_file"
-BROKEN_LINK = "broken_symlink"
-REPEATED_MEMBER = "repeated_archive_member"
-UNSAFE_MEMBER = "unsafe_archive_member"
 
 ARCHIVE_SUFFIXES = (".zip", ".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz")
 
@@ -33,7 +26,7 @@ class Entry:
     parts: tuple[str, ...]  # path below the source root
     size: int
     read: Callable[[], bytes] | None  # None when `problem` is set
-    problem: str | None = None
+    problem: SkipReason | None = None  # why it cannot be read as a document; None: a readable file
 
 
 def is_hidden(name: str) -> bool:
@@ -46,7 +39,7 @@ def _unique(entries: Iterator[Entry]) -> Iterator[Entry]:
     seen = set()
     for entry in entries:
         if entry.problem is None and entry.parts in seen:
-            entry = Entry(entry.parts, 0, None, REPEATED_MEMBER)
+            entry = Entry(entry.parts, 0, None, SkipReason.REPEATED_ARCHIVE_MEMBER)
         seen.add(entry.parts)
         yield entry
 
@@ -102,18 +95,18 @@ def _walk_folder(root: Path) -> Iterator[Entry]:
         for child in children:
             parts = rel + (child.name,)
             if is_hidden(child.name):
-                yield Entry(parts, 0, None, HIDDEN)
+                yield Entry(parts, 0, None, SkipReason.HIDDEN)
                 continue
             st = os.lstat(child.path)
             if stat.S_ISLNK(st.st_mode):
                 target = os.path.realpath(child.path)
                 if os.path.commonpath([real_root, target]) != real_root:
-                    yield Entry(parts, 0, None, SYMLINK_OUTSIDE)
+                    yield Entry(parts, 0, None, SkipReason.SYMLINK_OUTSIDE_ROOT)
                     continue
                 try:
                     st = os.stat(target)  # a link that stays inside the root is fine
                 except OSError:  # dangling, or a loop
-                    yield Entry(parts, 0, None, BROKEN_LINK)
+                    yield Entry(parts, 0, None, SkipReason.BROKEN_SYMLINK)
                     continue
                 if stat.S_ISDIR(st.st_mode):
                     # Its files are reached through the real folder; descending could loop.
@@ -123,7 +116,7 @@ def _walk_folder(root: Path) -> Iterator[Entry]:
             elif stat.S_ISREG(st.st_mode):
                 yield Entry(parts, st.st_size, _reader(child.path))
             else:
-                yield Entry(parts, 0, None, NOT_REGULAR)
+                yield Entry(parts, 0, None, SkipReason.NOT_A_REGULAR_FILE)
 
     yield from walk(())
 
@@ -141,11 +134,11 @@ def _safe_parts(name: str) -> tuple[str, ...] | None:
 
 def _member(parts: tuple[str, ...] | None, name: str, size: int, read, regular: bool) -> Entry:
     if parts is None:
-        return Entry(tuple(name.split("/")), 0, None, UNSAFE_MEMBER)
+        return Entry(tuple(name.split("/")), 0, None, SkipReason.UNSAFE_ARCHIVE_MEMBER)
     if any(is_hidden(p) for p in parts):
-        return Entry(parts, 0, None, HIDDEN)
+        return Entry(parts, 0, None, SkipReason.HIDDEN)
     if not regular:
-        return Entry(parts, 0, None, NOT_REGULAR)
+        return Entry(parts, 0, None, SkipReason.NOT_A_REGULAR_FILE)
     return Entry(parts, size, read)
 
 
@@ -166,4 +159,11 @@ def _tar_entries(tf: tarfile.TarFile) -> Iterator[Entry]:
         if info.isdir():
             continue
         yield _member(_safe_parts(info.name), info.name, info.size,
-                      lambda info=info: tf.extractfile(info).read(), info.isreg())
+                      lambda info=info: _extracted(tf, info), info.isreg())
+
+
+def _extracted(tf: tarfile.TarFile, info: tarfile.TarInfo) -> bytes:
+    member = tf.extractfile(info)
+    if member is None:  # only a regular member is ever read (_member)
+        raise ValueError(f"tar member {info.name!r} is not a regular file")
+    return member.read()

@@ -20,11 +20,11 @@ import json
 import logging
 import sys
 import zlib
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from textclf.data.ingest_report import IngestReport, SkipReason
 from textclf.data.text import decode
 from textclf.io import UserError, open_parquet
 
@@ -33,7 +33,6 @@ log = logging.getLogger(__name__)
 FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet"}
 BATCH_ROWS = 10_000
 CSV_BLOCK_BYTES = 1 << 22
-MALFORMED, NO_LABEL, EMPTY_TEXT, NOT_STRING = "malformed_line", "missing_label", "empty_text", "non_string"
 SHOWN = 5  # file and column names an error line lists before counting the rest
 
 
@@ -51,7 +50,7 @@ class Row:
     at: str  # file:row (or file:lineL for a malformed row): where the row is
     label: str = ""
     text: str = ""
-    problem: str | None = None
+    problem: SkipReason | None = None
     id: str = ""  # the id column's value
 
     @property
@@ -123,15 +122,15 @@ def table_files(source: str) -> list[Path] | None:
     return files
 
 
-def _value(value, kind: str) -> tuple[str, str | None]:
+def _value(value, kind: str) -> tuple[str, SkipReason | None]:
     """A cell -> (string, problem). Labels may be integers (0/1 classes are common)."""
     if value is None or (isinstance(value, str) and not value.strip()):
-        return "", NO_LABEL if kind == "label" else EMPTY_TEXT
+        return "", SkipReason.MISSING_LABEL if kind == "label" else SkipReason.EMPTY_TEXT
     if isinstance(value, str):
         return value, None
     if kind == "label" and isinstance(value, int) and not isinstance(value, bool):
         return str(value), None
-    return "", NOT_STRING
+    return "", SkipReason.NON_STRING
 
 
 def _row(at: str, record: dict, cols: Columns) -> Row:
@@ -183,12 +182,13 @@ def _physical_lines(path: Path, fmt: str, cols: Columns, records: list[int]) -> 
     """pyarrow numbers a CSV's records (the header is 1, blank lines are not counted) -> the
     physical line each of `records` starts on, further down once a quoted value holds a
     newline. Python's csv reads the file again, so only a file with malformed rows pays."""
-    quoting = csv.QUOTE_MINIMAL if fmt == "csv" or cols.tsv_quoting else csv.QUOTE_NONE
+    quoted = fmt == "csv" or cols.tsv_quoting
     csv.field_size_limit(sys.maxsize)  # a text field may be long; the default stops at 128 KiB
     wanted, last, lines, number, start = set(records), max(records), {}, 0, 1
     opener = gzip.open if path.name.lower().endswith(".gz") else open
     with opener(path, "rt", encoding="utf-8-sig", errors="replace", newline="") as fh:
-        reader = csv.reader(fh, delimiter="\t" if fmt == "tsv" else ",", quoting=quoting)
+        reader = csv.reader(fh, delimiter="\t" if fmt == "tsv" else ",",
+                            quoting=csv.QUOTE_MINIMAL if quoted else csv.QUOTE_NONE)
         for record in reader:
             if record:
                 number += 1
@@ -201,7 +201,8 @@ def _physical_lines(path: Path, fmt: str, cols: Columns, records: list[int]) -> 
 
 
 def _arrow_rows(path: Path, name: str, fmt: str, cols: Columns) -> Iterator[Row]:
-    wanted, malformed = _wanted(cols), []
+    wanted = _wanted(cols)
+    malformed: list[int] = []  # record numbers of rows with the wrong number of fields
     if fmt == "parquet":
         reader = open_parquet(path)
         _check_columns(path, reader.schema_arrow.names, cols)
@@ -217,7 +218,7 @@ def _arrow_rows(path: Path, name: str, fmt: str, cols: Columns) -> Iterator[Row]
                     "hold tabs or newlines, set ingest.tsv_quoting: true", path, len(malformed))
     lines = _physical_lines(path, fmt, cols, malformed) if malformed else {}
     for number in malformed:
-        yield Row(f"{name}:line{lines.get(number, '?')}", problem=MALFORMED)
+        yield Row(f"{name}:line{lines.get(number, '?')}", problem=SkipReason.MALFORMED_LINE)
 
 
 def _jsonl_rows(path: Path, name: str, cols: Columns) -> Iterator[Row]:
@@ -236,7 +237,7 @@ def _jsonl_rows(path: Path, name: str, cols: Columns) -> Iterator[Row]:
             except json.JSONDecodeError:
                 record = None
             if not isinstance(record, dict):
-                yield Row(f"{name}:line{line}", problem=MALFORMED)
+                yield Row(f"{name}:line{line}", problem=SkipReason.MALFORMED_LINE)
                 continue
             if pending:  # the columns objects hold, until every needed one was seen
                 seen.update(dict.fromkeys(record))
@@ -254,6 +255,8 @@ def read_rows(files: list[Path], cols: Columns, root: Path) -> Iterator[Row]:
 
     for path in files:
         fmt = table_format(path)
+        if fmt is None:  # table_files lists tables only
+            raise ValueError(f"{path} is not a table file")
         name = path.relative_to(root).as_posix()
         try:
             yield from _jsonl_rows(path, name, cols) if fmt == "jsonl" else _arrow_rows(path, name, fmt, cols)
@@ -266,18 +269,21 @@ def read_rows(files: list[Path], cols: Columns, root: Path) -> Iterator[Row]:
                             "fix or remove the file.") from None
 
 
-def nothing_usable(source: str, files: list[Path], rows: int, skipped: Counter, cols: Columns) -> str:
+def nothing_usable(report: IngestReport, files: list[Path], cols: Columns) -> str:
     """The error line for tables that gave no document: what was read, and why each row was skipped."""
-    reason = skipped.most_common(1)[0][0] if skipped else None
-    hint = {None: "the tables hold no rows",
-            MALFORMED: "a row needs the header's number of fields, JSON Lines one object per line "
-                       "(a .json holding one JSON array is not JSON Lines)",
-            NOT_STRING: f"ingest.text_column={cols.text!r} must hold strings (labels: strings or integers)",
-            EMPTY_TEXT: f"ingest.text_column={cols.text!r} must name the column holding the text",
-            NO_LABEL: f"ingest.label_column={cols.label!r} must name the column holding the class",
-            "too_large": "a longer text than ingest.max_bytes is skipped"}.get(reason, "see the skip reasons")
+    reason = report.skipped.most_common(1)[0][0] if report.skipped else None
+    text, label = f"ingest.text_column={cols.text!r}", f"ingest.label_column={cols.label!r}"
+    hints: dict[SkipReason | None, str] = {
+        None: "the tables hold no rows",
+        SkipReason.MALFORMED_LINE: "a row needs the header's number of fields, JSON Lines one object "
+                                   "per line (a .json holding one JSON array is not JSON Lines)",
+        SkipReason.NON_STRING: f"{text} must hold strings (labels: strings or integers)",
+        SkipReason.EMPTY_TEXT: f"{text} must name the column holding the text",
+        SkipReason.MISSING_LABEL: f"{label} must name the column holding the class",
+        SkipReason.TOO_LARGE: "a longer text than ingest.max_bytes is skipped"}
+    hint = hints.get(reason, "see the skip reasons")
     where = str(files[0]) if len(files) == 1 else (
-        f"{len(files)} tables of ingest.source={source!r} ({', '.join(p.name for p in files[:SHOWN])}"
+        f"{len(files)} tables of ingest.source={report.source!r} ({', '.join(p.name for p in files[:SHOWN])}"
         f"{', …' if len(files) > SHOWN else ''})")
-    return (f"no usable row in {where}: {rows} row(s) read, skipped {dict(sorted(skipped.items()))}; "
+    return (f"no usable row in {where}: {report.seen} row(s) read, skipped {report.counts()}; "
             f"{hint}.")

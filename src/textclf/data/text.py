@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import codecs
 
+from textclf.data.ingest_report import SkipReason
+
 
 def decode(data: bytes) -> tuple[str | None, str]:
     """Bytes -> (text, encoding), or (None, skip reason)."""
@@ -14,11 +16,11 @@ def decode(data: bytes) -> tuple[str | None, str]:
         try:
             text = data.decode("utf-16")
         except UnicodeDecodeError:
-            return None, "undecodable"
+            return None, SkipReason.UNDECODABLE
         # NUL bytes are no text behind a BOM either (\xff\xfe\x00\x00 also begins UTF-32)
-        return (None, "binary") if "\x00" in text else (text, "utf-16")
+        return (None, SkipReason.BINARY) if "\x00" in text else (text, "utf-16")
     if b"\x00" in data:
-        return None, "binary"
+        return None, SkipReason.BINARY
     try:
         return data.decode("utf-8-sig"), "utf-8"
     except UnicodeDecodeError:
