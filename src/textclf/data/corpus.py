@@ -60,12 +60,12 @@ def find_class_root(entries: list[Entry]) -> tuple[str, ...]:
               if e.problem != SkipReason.UNSAFE_ARCHIVE_MEMBER and not any(is_hidden(p) for p in e.parts)]
     root: tuple[str, ...] = ()
     while True:
-        n = len(root)
-        dirs = {p[n] for p in usable if p[:n] == root and len(p) > n + 1}
+        depth = len(root)
+        dirs = {p[depth] for p in usable if p[:depth] == root and len(p) > depth + 1}
         if len(dirs) != 1:
             return root
         (only,) = dirs
-        deeper = {p[n + 1] for p in usable if p[:n + 1] == root + (only,) and len(p) > n + 2}
+        deeper = {p[depth + 1] for p in usable if p[:depth + 1] == root + (only,) and len(p) > depth + 2}
         if not deeper:  # the lone folder holds only files: it is a class, not a wrapper
             return root
         root += (only,)

@@ -190,12 +190,12 @@ def jaccard(a: np.ndarray, b: np.ndarray) -> float:
     return inter / (len(a) + len(b) - inter)
 
 
-def group_sketched(digests: np.ndarray, texts_at: TextsAt, cfg: NearDuplicateParams) -> NearDuplicates:
+def group_sketched(digests: np.ndarray, texts_at: TextsAt, params: NearDuplicateParams) -> NearDuplicates:
     """Group the texts behind `digests` (row i: text i, read back by texts_at for the exact
-    check) whose shingle sets have Jaccard >= cfg.threshold, transitively."""
-    bands = lsh_bands(cfg.threshold, cfg.num_perm)
-    pairs = candidate_pairs(digests, bands, min_agreement(cfg.threshold, cfg.num_perm))
-    sets = _hash_sets(texts_at, np.unique(pairs), cfg.shingle_size)
+    check) whose shingle sets have Jaccard >= params.threshold, transitively."""
+    bands = lsh_bands(params.threshold, params.num_perm)
+    pairs = candidate_pairs(digests, bands, min_agreement(params.threshold, params.num_perm))
+    sets = _hash_sets(texts_at, np.unique(pairs), params.shingle_size)
     parent = list(range(len(digests)))
 
     def root(i: int) -> int:
@@ -211,14 +211,14 @@ def group_sketched(digests: np.ndarray, texts_at: TextsAt, cfg: NearDuplicatePar
             continue
         checked += 1
         similarity = jaccard(sets[i], sets[j])
-        if similarity >= cfg.threshold:
+        if similarity >= params.threshold:
             parent[max(a, b)] = min(a, b)  # the root stays the group's first document
             links.append((i, j, similarity))
     return NearDuplicates([root(i) for i in range(len(digests))], links, len(pairs), checked, bands)
 
 
-def find_groups(texts: list[str], cfg: NearDuplicateParams) -> NearDuplicates:
-    """Group NFC texts (in memory) whose shingle sets have Jaccard >= cfg.threshold."""
+def find_groups(texts: list[str], params: NearDuplicateParams) -> NearDuplicates:
+    """Group NFC texts (in memory) whose shingle sets have Jaccard >= params.threshold."""
     def texts_at(indices: Iterable[int]) -> Iterator[tuple[int, str]]:
         return ((int(i), texts[i]) for i in indices)
-    return group_sketched(sketch(texts, cfg.shingle_size, cfg.num_perm), texts_at, cfg)
+    return group_sketched(sketch(texts, params.shingle_size, params.num_perm), texts_at, params)

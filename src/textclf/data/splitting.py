@@ -199,4 +199,4 @@ def check_disjoint(assignment: pd.DataFrame) -> None:
 
 def class_counts(assignment: pd.DataFrame) -> dict[str, dict[str, int]]:
     table = assignment.groupby(["split", "label"]).size()
-    return {s: {l: int(n) for l, n in table[s].items()} for s in SPLITS}
+    return {split: {label: int(n) for label, n in table[split].items()} for split in SPLITS}

@@ -133,19 +133,19 @@ def _value(value, kind: str) -> tuple[str, SkipReason | None]:
     return "", SkipReason.NON_STRING
 
 
-def _row(at: str, record: dict, cols: Columns) -> Row:
-    text, problem = _value(record.get(cols.text), "text")
-    label, label_problem = _value(record.get(cols.label), "label")
-    ident = _value(record.get(cols.id), "label")[0] if cols.id else ""
+def _row(at: str, record: dict, columns: Columns) -> Row:
+    text, problem = _value(record.get(columns.text), "text")
+    label, label_problem = _value(record.get(columns.label), "label")
+    ident = _value(record.get(columns.id), "label")[0] if columns.id else ""
     return Row(at, label, text, problem or label_problem, ident)
 
 
-def _wanted(cols: Columns) -> list[str]:
-    return list(dict.fromkeys(c for c in (cols.text, cols.label, cols.id) if c))
+def _wanted(columns: Columns) -> list[str]:
+    return list(dict.fromkeys(c for c in (columns.text, columns.label, columns.id) if c))
 
 
-def _check_columns(path: Path, found: list[str], cols: Columns, whose: str = "its columns") -> None:
-    missing = [c for c in _wanted(cols) if c not in found]
+def _check_columns(path: Path, found: list[str], columns: Columns, whose: str = "its columns") -> None:
+    missing = [c for c in _wanted(columns) if c not in found]
     if missing:
         more = f" and {len(found) - 20} more" if len(found) > 20 else ""
         raise UserError(f"{path} has no column {', '.join(map(repr, missing))}; {whose} are "
@@ -153,7 +153,7 @@ def _check_columns(path: Path, found: list[str], cols: Columns, whose: str = "it
                         "ingest.id_column.")
 
 
-def _csv_batches(path: Path, fmt: str, cols: Columns, skipped: list[int]):
+def _csv_batches(path: Path, fmt: str, columns: Columns, skipped: list[int]):
     """pyarrow's CSV reader over the needed columns only, as strings: the types of the others,
     inferred from the first block, could fail on a later one. `skipped` gets the record number
     of each row with the wrong number of fields."""
@@ -163,26 +163,26 @@ def _csv_batches(path: Path, fmt: str, cols: Columns, skipped: list[int]):
     def skip(row) -> str:
         skipped.append(row.number)
         return "skip"
-    quoting = fmt == "csv" or cols.tsv_quoting
+    quoting = fmt == "csv" or columns.tsv_quoting
     parse = pcsv.ParseOptions(delimiter="\t" if fmt == "tsv" else ",", quote_char='"' if quoting else False,
                               newlines_in_values=quoting, invalid_row_handler=skip)
     # One thread: only then does pyarrow number the rows it skips (no slower, measured).
     read = pcsv.ReadOptions(block_size=CSV_BLOCK_BYTES, use_threads=False)
-    wanted = _wanted(cols)
+    wanted = _wanted(columns)
     convert = pcsv.ConvertOptions(include_columns=wanted, column_types={c: pa.string() for c in wanted},
                                   strings_can_be_null=False)
     try:
         return pcsv.open_csv(path, read, parse, convert)
     except pa.ArrowKeyError:  # a needed column is not in the header: name those that are
-        _check_columns(path, pcsv.open_csv(path, read, parse).schema.names, cols)
+        _check_columns(path, pcsv.open_csv(path, read, parse).schema.names, columns)
         raise
 
 
-def _physical_lines(path: Path, fmt: str, cols: Columns, records: list[int]) -> dict[int, int]:
+def _physical_lines(path: Path, fmt: str, columns: Columns, records: list[int]) -> dict[int, int]:
     """pyarrow numbers a CSV's records (the header is 1, blank lines are not counted) -> the
     physical line each of `records` starts on, further down once a quoted value holds a
     newline. Python's csv reads the file again, so only a file with malformed rows pays."""
-    quoted = fmt == "csv" or cols.tsv_quoting
+    quoted = fmt == "csv" or columns.tsv_quoting
     csv.field_size_limit(sys.maxsize)  # a text field may be long; the default stops at 128 KiB
     wanted, last, lines, number, start = set(records), max(records), {}, 0, 1
     opener = gzip.open if path.name.lower().endswith(".gz") else open
@@ -200,32 +200,32 @@ def _physical_lines(path: Path, fmt: str, cols: Columns, records: list[int]) -> 
     return lines
 
 
-def _arrow_rows(path: Path, name: str, fmt: str, cols: Columns) -> Iterator[Row]:
-    wanted = _wanted(cols)
+def _arrow_rows(path: Path, name: str, fmt: str, columns: Columns) -> Iterator[Row]:
+    wanted = _wanted(columns)
     malformed: list[int] = []  # record numbers of rows with the wrong number of fields
     if fmt == "parquet":
         reader = open_parquet(path)
-        _check_columns(path, reader.schema_arrow.names, cols)
+        _check_columns(path, reader.schema_arrow.names, columns)
         batches = reader.iter_batches(batch_size=BATCH_ROWS, columns=wanted)
     else:
-        batches = _csv_batches(path, fmt, cols, malformed)
+        batches = _csv_batches(path, fmt, columns, malformed)
     n = 0
     for batch in batches:
         for n, record in enumerate(batch.select(wanted).to_pylist(), n + 1):
-            yield _row(f"{name}:{n}", record, cols)
-    if malformed and fmt == "tsv" and not cols.tsv_quoting:
+            yield _row(f"{name}:{n}", record, columns)
+    if malformed and fmt == "tsv" and not columns.tsv_quoting:
         log.warning("%s: %d row(s) with the wrong number of fields; if the file quotes fields that "
                     "hold tabs or newlines, set ingest.tsv_quoting: true", path, len(malformed))
-    lines = _physical_lines(path, fmt, cols, malformed) if malformed else {}
+    lines = _physical_lines(path, fmt, columns, malformed) if malformed else {}
     for number in malformed:
         yield Row(f"{name}:line{lines.get(number, '?')}", problem=SkipReason.MALFORMED_LINE)
 
 
-def _jsonl_rows(path: Path, name: str, cols: Columns) -> Iterator[Row]:
+def _jsonl_rows(path: Path, name: str, columns: Columns) -> Iterator[Row]:
     """One Row per non-blank line, decoded as files are. The columns are checked across the
     file: an export may leave a null field out of any object, the first one too."""
     opener = gzip.open if path.name.lower().endswith(".gz") else open
-    pending, seen, n = set(_wanted(cols)), {}, 0
+    pending, seen, n = set(_wanted(columns)), {}, 0
     with opener(path, "rb") as fh:
         for line, raw in enumerate(fh, 1):
             if not raw.strip():
@@ -242,12 +242,12 @@ def _jsonl_rows(path: Path, name: str, cols: Columns) -> Iterator[Row]:
             if pending:  # the columns objects hold, until every needed one was seen
                 seen.update(dict.fromkeys(record))
                 pending.difference_update(record)
-            yield _row(f"{name}:{n}", record, cols)
+            yield _row(f"{name}:{n}", record, columns)
     if pending and seen:
-        _check_columns(path, list(seen), cols, "its objects' columns")
+        _check_columns(path, list(seen), columns, "its objects' columns")
 
 
-def read_rows(files: list[Path], cols: Columns, root: Path) -> Iterator[Row]:
+def read_rows(files: list[Path], columns: Columns, root: Path) -> Iterator[Row]:
     """Every row of every file, as a Row whose `at` names the file by its path below `root`
     (so that same-named files in two folders stay apart). A file that cannot be read stops
     ingest in one line naming it."""
@@ -259,7 +259,10 @@ def read_rows(files: list[Path], cols: Columns, root: Path) -> Iterator[Row]:
             raise ValueError(f"{path} is not a table file")
         name = path.relative_to(root).as_posix()
         try:
-            yield from _jsonl_rows(path, name, cols) if fmt == "jsonl" else _arrow_rows(path, name, fmt, cols)
+            if fmt == "jsonl":
+                yield from _jsonl_rows(path, name, columns)
+            else:
+                yield from _arrow_rows(path, name, fmt, columns)
         except (pa.ArrowException, OSError, EOFError, zlib.error) as err:
             detail = str(err).splitlines()[0] if str(err) else type(err).__name__
             gz = ", and the .gz whole" if path.name.lower().endswith(".gz") else ""
@@ -269,10 +272,10 @@ def read_rows(files: list[Path], cols: Columns, root: Path) -> Iterator[Row]:
                             "fix or remove the file.") from None
 
 
-def nothing_usable(report: IngestReport, files: list[Path], cols: Columns) -> str:
+def nothing_usable(report: IngestReport, files: list[Path], columns: Columns) -> str:
     """The error line for tables that gave no document: what was read, and why each row was skipped."""
     reason = report.skipped.most_common(1)[0][0] if report.skipped else None
-    text, label = f"ingest.text_column={cols.text!r}", f"ingest.label_column={cols.label!r}"
+    text, label = f"ingest.text_column={columns.text!r}", f"ingest.label_column={columns.label!r}"
     hints: dict[SkipReason | None, str] = {
         None: "the tables hold no rows",
         SkipReason.MALFORMED_LINE: "a row needs the header's number of fields, JSON Lines one object "

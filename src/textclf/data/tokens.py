@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from textclf.config import TokenizeParams
 from textclf.io import UserError, atomic_path, open_parquet
 from textclf.model_source import hub_offline, not_found, resolve_model_name
 
@@ -156,7 +157,7 @@ def tokenize_texts(tokenizer, texts: list[str], max_length: int, mode: str):
     return ids, lengths
 
 
-def write_tokens(tokenizer, corpus: str | Path, cfg, path) -> np.ndarray:
+def write_tokens(tokenizer, corpus: str | Path, params: TokenizeParams, path: str | Path) -> np.ndarray:
     """Tokenize the corpus parquet (doc_id, label, text) CHUNK documents at a time, read and
     written as record batches (the token store, written atomically), so that memory holds
     one chunk -> every document's untruncated length, (N,) int32."""
@@ -167,8 +168,8 @@ def write_tokens(tokenizer, corpus: str | Path, cfg, path) -> np.ndarray:
     with atomic_path(path) as tmp:
         writer = None
         for part in source.iter_batches(batch_size=CHUNK, columns=["doc_id", "label", "text"]):
-            ids, n = tokenize_texts(tokenizer, part.column("text").to_pylist(), cfg.max_length,
-                                    cfg.truncation)
+            ids, n = tokenize_texts(tokenizer, part.column("text").to_pylist(), params.max_length,
+                                    params.truncation)
             batch = token_batch(part.column("doc_id"), part.column("label"), ids, n)
             writer = writer or pq.ParquetWriter(tmp, batch.schema)
             writer.write_batch(batch)
