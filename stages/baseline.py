@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="output parquet: per test document, label, prediction, probabilities")
     args = parser.parse_args(argv)
     setup_logging()
-    cfg = load_params(args.params)["baseline"]
+    cfg = load_params(args.params).baseline
     splits = pd.read_parquet(args.splits, columns=["doc_id", "split"])
     doc_ids, labels, classes, probs = predict_test(args.corpus, splits, cfg)  # probs: (N, C)
     predictions = pd.DataFrame({"doc_id": doc_ids, "label": labels,

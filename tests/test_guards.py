@@ -87,7 +87,7 @@ def textcnn_before_training(data, cfg):
 
 
 def test_textcnn_with_head_only_optimizer_leaves_the_encoder_unchanged(data):
-    cfg = TrainParams(epochs=1, batch_size=8)
+    cfg = TrainParams(epochs=1, batch_size=8, lr_encoder=2e-5)  # the lr it was written with
     model, _, encoder, before = textcnn_before_training(data, cfg)
     head_only = [g for g in param_groups(model, cfg) if g["name"].startswith("head")]
     model = train_briefly(model, make_optimizer(head_only, cfg), data, cfg)
@@ -96,7 +96,7 @@ def test_textcnn_with_head_only_optimizer_leaves_the_encoder_unchanged(data):
 
 
 def test_textcnn_trained_jointly_moves_the_encoder(data):
-    cfg = TrainParams(epochs=1, batch_size=8)
+    cfg = TrainParams(epochs=1, batch_size=8, lr_encoder=2e-5)  # the lr it was written with
     model, unused, encoder, before = textcnn_before_training(data, cfg)
     model = train_briefly(model, make_optimizer(param_groups(model, cfg), cfg), data, cfg)
     assert guards.movement_check(model, before, encoder, cfg)[0] == "pass"

@@ -37,7 +37,7 @@ def remove_if_current(args: argparse.Namespace) -> bool:
     """Remove the checkpoint folder if its key is the current params' and data's -> removed?"""
     from textclf.train.run import checkpoint_key  # torch: only when there is a checkpoint
     latest, params = Path(args.checkpoint_dir) / LATEST, load_params(args.params)
-    if not latest.is_file() or params["train"].keep_checkpoint:  # kept on purpose
+    if not latest.is_file() or params.train.keep_checkpoint:  # kept on purpose
         return False
     if read_json(latest).get("key") != checkpoint_key(params, args):
         log.info("kept %s: made with other params or data; it resumes if they come back",

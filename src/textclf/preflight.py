@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--params", default="params.yaml")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(name)s %(levelname)s %(message)s")
-    source = Path(load_params(args.params)["ingest"].source)
+    source = Path(load_params(args.params).ingest.source)
     found = special_files(source) if source.is_dir() else []
     if found:
         names = ", ".join(str(p) for p in found[:5]) + (" …" if len(found) > 5 else "")

@@ -93,7 +93,7 @@ def diff_counts(found: dict) -> dict:
 
 def run(args) -> None:
     """The stage, from its parsed arguments."""
-    cfg = load_params(args.params)["evaluate"]
+    cfg = load_params(args.params).evaluate
     training = training_run(args.run_file)  # before the work: fail in one line, naming the store
     model, labels = load_classifier(args.model_dir)
     test = read_token_splits(args.tokens, args.splits, labels, names=("test",))[0]["test"]

@@ -255,12 +255,12 @@ def join(argv: list[str] | None = None) -> None:
     try:
         params = with_overrides(args.params, args.set_param, folder)
         loaded = load_params(params)
-        cfg = loaded["train"]
+        cfg = loaded.train
         if not 0 < args.node_rank < cfg.nodes:
             raise UserError(f"--node-rank {args.node_rank} must be in 1..{cfg.nodes - 1} for train.nodes="
                             f"{cfg.nodes} (node 0 is the train stage itself; set train.nodes with -S).")
         named = stage_inputs(args.dvc_yaml)
-        check_local_inputs(named, loaded["model"].name)
+        check_local_inputs(named, loaded.model.name)
         inputs = [w for flag, path in named.items() for w in (flag, path)]
         outputs = [w for name in ("model-dir", "curve", "guards", "movement", "run-file", "checkpoint-dir")
                    for w in (f"--{name}", str(folder / name))]

@@ -17,7 +17,7 @@ import pandas as pd
 import torch
 from accelerate.utils import set_seed
 
-from textclf.config import changed_since, flatten, load_params
+from textclf.config import Params, changed_since, flatten, load_params
 from textclf.inference.serving import log_pyfunc
 from textclf.io import UserError, atomic_path, deferred_interrupts, write_csv, write_json
 from textclf.model.batching import Collator, read_token_splits
@@ -41,7 +41,7 @@ LOGGED_SECTIONS = ("tokenize", "model", "train")
 
 def prepare(params, splits, labels, pad_id, book: GuardBook):
     """Build the model, audit it, apply the encoder policy, build and check the optimizer."""
-    cfg, model_cfg = params["train"], params["model"]
+    cfg, model_cfg = params.train, params.model
     model, new = build_model(model_cfg, labels)
     probe = Collator(pad_id)([(ids, -1) for ids in splits["train"].input_ids[:2]])
     unused = find_unused(model, probe["input_ids"], probe["attention_mask"])
@@ -66,17 +66,17 @@ def example_texts(tokenizer, split, n: int = 2, words: int = 40) -> list[str]:
     return [" ".join(t.split()[:words]) for t in texts]
 
 
-def checkpoint_key(params: dict, args) -> str:
+def checkpoint_key(params: Params, args) -> str:
     """What shapes training: model and train params (not the checkpoint settings), and the
     bytes of the tokens and splits."""
-    train = {k: v for k, v in dataclasses.asdict(params["train"]).items()
+    train = {k: v for k, v in dataclasses.asdict(params.train).items()
              if k not in ("checkpoint_every", "keep_checkpoint", "rdzv_endpoint", "rdzv_timeout")}
     # processes and nodes stay: RNG files per rank
-    return training_key({"model": dataclasses.asdict(params["model"]), "train": train},
+    return training_key({"model": dataclasses.asdict(params.model), "train": train},
                         {"tokens": args.tokens, "splits": args.splits})
 
 
-def check_params_kept(path: str, params: dict) -> None:
+def check_params_kept(path: str, params: Params) -> None:
     """Fail (the run FAILED, DVC records nothing) when the params file changed during training."""
     changed = changed_since(path, params, LOGGED_SECTIONS)
     if changed:
@@ -114,8 +114,8 @@ def train_and_save(args, params, splits, labels, tokenizer, accelerator, ckpt: C
                    resume: Progress | None, reopened: bool, tracker) -> None:
     """Train, write every local output, then upload. `tracker`: rank 0's RunLog (NoTracking
     on the other ranks), where metrics and tags wait until the store takes them."""
-    cfg, active = params["train"], mlflow.active_run()
-    logged = {s: params[s] for s in LOGGED_SECTIONS}
+    cfg, active = params.train, mlflow.active_run()
+    logged = params.sections(LOGGED_SECTIONS)
     start_logging(args, logged, tracker, active, reopened)
     extra = resume.extra if resume else {}
     book = GuardBook(args.guards, tracker, extra.get("guards"))
@@ -196,16 +196,16 @@ def launch_processes(cfg, argv: list[str]) -> None:
 def run(args, argv: list[str]) -> None:
     """The stage, from its parsed arguments; `argv` relaunches it under torchrun."""
     params = load_params(args.params)
-    cfg = params["train"]
+    cfg = params.train
     if cfg.processes * cfg.nodes > 1 and not is_worker():
         return launch_processes(cfg, argv)
     with failures_to_launcher() if is_worker() else nullcontext():
         train_rank(args, params)
 
 
-def train_rank(args, params: dict) -> None:
+def train_rank(args, params: Params) -> None:
     """This process's share: rank 0 opens, logs and ends the run; the other ranks train alongside."""
-    cfg = params["train"]
+    cfg = params.train
     main_rank = rank() == 0
     if main_rank:
         uri = tracking_uri()
@@ -215,7 +215,7 @@ def train_rank(args, params: dict) -> None:
     else:
         forbid_tracking()
     splits, labels = read_token_splits(args.tokens, args.splits, names=("train", "validation"))
-    tokenizer = load_tokenizer(params["model"].name)
+    tokenizer = load_tokenizer(params.model.name)
     ckpt = Checkpointer(args.checkpoint_dir, checkpoint_key(params, args), cfg.checkpoint_every,
                         main=main_rank)
     resume = ckpt.find() if cfg.nodes == 1 else None  # the other nodes have no checkpoint to resume
