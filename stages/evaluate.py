@@ -2,7 +2,7 @@
 and the same numbers logged into the training run in MLflow."""
 from __future__ import annotations
 
-from textclf.evaluate.run import run
+from textclf.evaluate.run import EvaluatePaths, run
 from textclf.io import run_stage, setup_logging, stage_parser
 
 
@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="output parquet: per test document, label, prediction, probabilities")
     args = parser.parse_args(argv)
     setup_logging()
-    run(args)
+    run(EvaluatePaths(**vars(args)))
 
 
 if __name__ == "__main__":

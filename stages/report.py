@@ -4,7 +4,7 @@ all logged to the training run in MLflow (its lineage: datasets and the dvc.lock
 from __future__ import annotations
 
 from textclf.io import run_stage, setup_logging, stage_parser
-from textclf.report.run import run
+from textclf.report.run import ReportPaths, run
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -14,9 +14,10 @@ def main(argv: list[str] | None = None) -> None:
                  "confusion-png"):
         parser.add_argument(f"--{name}", required=True)
     parser.add_argument("--lock", default="dvc.lock", help="dvc.lock, read for the lineage table")
-    args = parser.parse_args(argv)
+    args = vars(parser.parse_args(argv))
+    del args["params"]  # every stage takes --params; the report reads none
     setup_logging()
-    run(args)
+    run(ReportPaths(**args))
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ import logging
 import os
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +27,25 @@ from textclf.tracking.runs import add_to_run, git_commit
 from textclf.tracking.store import training_run
 
 log = logging.getLogger("evaluate")
+
+
+@dataclass(frozen=True)
+class EvaluatePaths:
+    """What the evaluate stage reads and writes, as its command line names them."""
+    params: str
+    tokens: str
+    splits: str
+    model_dir: str
+    run_file: str  # JSON naming the training run
+    guards: str  # guard results from train
+    baseline: str  # baseline scores JSON
+    baseline_predictions: str  # the baseline's per-document test predictions
+    corpus: str  # texts of the test documents a champion on other data is scored on
+    metrics: str  # written: the metrics JSON
+    data_diff: str  # written: documents added, removed, relabelled, edited since the champion's data
+    confusion: str  # written: CSV of (actual, predicted)
+    per_class: str  # written: CSV of per-class F1, precision, recall
+    predictions: str  # written: parquet, per test document
 
 
 def prediction_frame(doc_ids: list[str], y_true, probs: np.ndarray, labels: list[str]) -> pd.DataFrame:
@@ -62,20 +82,21 @@ def versus_baseline(predictions: pd.DataFrame, baseline: pd.DataFrame, labels: l
     return out
 
 
-def registry_step(args, cfg, training: dict, metrics: dict, predictions: pd.DataFrame) -> dict:
+def registry_step(paths: EvaluatePaths, cfg, training: dict, metrics: dict,
+                  predictions: pd.DataFrame) -> dict:
     """Register this version and let the gate move `champion` (metrics["registry"]) -> the
     document-level diff against the champion's data version."""
     if not cfg.register:
         return {"against_version": None, "why": "evaluate.register is false: no champion to compare with"}
-    splits = pd.read_parquet(args.splits)
+    splits = pd.read_parquet(paths.splits)
     test_docs = splits.loc[splits["split"] == "test"]
     test_split = split_hash(zip(test_docs["content_hash"], test_docs["label"]))
     tags = version_tags(metrics, test_split, git_commit(), os.environ.get("DVC_EXP_NAME"))
-    challenge = Challenge(cfg.registered_model, splits, predictions, args.corpus, cfg)
+    challenge = Challenge(cfg.registered_model, splits, predictions, paths.corpus, cfg)
     champion = current_champion(training["tracking_uri"], cfg.registered_model)
     against = challenge.read_champion(champion, training["tracking_uri"])  # before this version registers
     metrics["registry"] = register(training, cfg.registered_model, tags, challenge)
-    if against is None:
+    if champion is None or against is None:  # no champion, no split table to compare with
         return {"against_version": None, "why": "no champion yet" if champion is None else
                 f"the champion (version {champion['version']}) carries no split table "
                 f"({SPLITS_ARTIFACT}: registered before data versions were recorded)"}
@@ -91,43 +112,43 @@ def diff_counts(found: dict) -> dict:
             "changed_split": moves.get("moved", 0), "test_to_train": moves.get("test_to_train", 0)}
 
 
-def run(args) -> None:
-    """The stage, from its parsed arguments."""
-    cfg = load_params(args.params).evaluate
-    training = training_run(args.run_file)  # before the work: fail in one line, naming the store
-    model, labels = load_classifier(args.model_dir)
-    test = read_token_splits(args.tokens, args.splits, labels, names=("test",))[0]["test"]
+def run(paths: EvaluatePaths) -> None:
+    """The stage."""
+    cfg = load_params(paths.params).evaluate
+    training = training_run(paths.run_file)  # before the work: fail in one line, naming the store
+    model, labels = load_classifier(paths.model_dir)
+    test = read_token_splits(paths.tokens, paths.splits, labels, names=("test",))[0]["test"]
     input_ids, y_true = test.input_ids, test.labels
     device, mixed = inference_device(cfg.precision)
     model.to(device)
-    probs = predict_proba(model, input_ids, cfg.batch_size, pad_id(load_tokenizer(args.model_dir)),
+    probs = predict_proba(model, input_ids, cfg.batch_size, pad_id(load_tokenizer(paths.model_dir)),
                           device, mixed)
     y_pred = probs.argmax(axis=1)
     metrics = test_metrics(y_true, y_pred, labels)
     predictions = prediction_frame(test.doc_ids, y_true, probs, labels)
     metrics["ece"] = calibration(predictions["probability"], predictions["correct"])["ece"]
-    metrics["guards"] = {name: g["status"] for name, g in read_json(args.guards).items()}
-    metrics["baseline"] = read_json(args.baseline)
+    metrics["guards"] = {name: g["status"] for name, g in read_json(paths.guards).items()}
+    metrics["baseline"] = read_json(paths.baseline)
     metrics["gap"] = {k: metrics[k] - metrics["baseline"][k] for k in ("accuracy", "macro_f1")}
-    metrics.update(versus_baseline(predictions, pd.read_parquet(args.baseline_predictions), labels, cfg))
+    metrics.update(versus_baseline(predictions, pd.read_parquet(paths.baseline_predictions), labels, cfg))
     metrics["kept_epoch"] = training.get("kept_epoch")
     metrics["mlflow"] = {"run_id": training["run_id"], "model_uri": training["model_uri"]}  # run -> metrics
-    data_diff = registry_step(args, cfg, training, metrics, predictions)
+    data_diff = registry_step(paths, cfg, training, metrics, predictions)
     metrics["data_diff"] = diff_counts(data_diff)
-    write_json(args.data_diff, data_diff)
-    write_json(args.metrics, metrics)
-    write_parquet(predictions, args.predictions)
+    write_json(paths.data_diff, data_diff)
+    write_json(paths.metrics, metrics)
+    write_parquet(predictions, paths.predictions)
     write_csv(pd.DataFrame({"actual": [labels[i] for i in y_true],
-                            "predicted": [labels[i] for i in y_pred]}), args.confusion)
+                            "predicted": [labels[i] for i in y_pred]}), paths.confusion)
     write_csv(pd.DataFrame([{"class": c, **{k: s[k] for k in ("f1", "precision", "recall")}}
-                            for c, s in metrics["per_class"].items()]), args.per_class)
+                            for c, s in metrics["per_class"].items()]), paths.per_class)
     changes = {f"data_diff.{k}": v for k, v in metrics["data_diff"].items() if k != "against_version"}
     add_to_run(training, metrics={**mlflow_metrics(metrics), **changes},
                tags={"verdict": metrics["comparison"]["verdict"]},
-               artifacts=(args.metrics, args.confusion, args.data_diff),
+               artifacts=(paths.metrics, paths.confusion, paths.data_diff),
                dicts={"class_names.json": metric_names(labels)})
     with tempfile.TemporaryDirectory() as tmp:  # under its fixed name: a later evaluate reads it
-        shutil.copyfile(args.splits, Path(tmp) / Path(SPLITS_ARTIFACT).name)
+        shutil.copyfile(paths.splits, Path(tmp) / Path(SPLITS_ARTIFACT).name)
         add_to_run(training, artifacts=(Path(tmp) / Path(SPLITS_ARTIFACT).name,),
                    artifact_path=str(Path(SPLITS_ARTIFACT).parent))
     log.info("test accuracy %.4f, macro-F1 %.4f, ECE %.4f on %d documents; versus the baseline: %s",

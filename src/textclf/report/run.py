@@ -3,6 +3,7 @@ report.html, and log them into the training run."""
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -20,40 +21,60 @@ from textclf.tracking.store import training_run
 log = logging.getLogger("report")
 
 
-def build(args, run: dict) -> tuple[list, bytes]:
+@dataclass(frozen=True)
+class ReportPaths:
+    """What the report stage reads and writes, as its command line names them."""
+    ingest_report: str
+    token_stats: str
+    split_counts: str
+    histogram: str
+    curve: str
+    metrics: str
+    data_diff: str
+    predictions: str
+    corpus: str  # a dataset of the run, by this path
+    model_dir: str
+    run_file: str
+    out_md: str
+    out_html: str
+    confusion_png: str
+    lock: str  # dvc.lock, read for the lineage table
+
+
+def build(paths: ReportPaths, run: dict) -> tuple[list, bytes]:
     """-> (report blocks, confusion PNG)."""
-    metrics = read_json(args.metrics)
-    lock_file = Path(args.lock)
-    datasets = dataset_sources(run) | {args.corpus}  # the run page shows these as datasets
+    metrics = read_json(paths.metrics)
+    lock_file = Path(paths.lock)
+    datasets = dataset_sources(run) | {paths.corpus}  # the run page shows these as datasets
     hashes = lock_hashes(yaml.safe_load(lock_file.read_text()) if lock_file.is_file() else {},
                      running="report", datasets=datasets)
-    predictions = pd.read_parquet(args.predictions)
-    curve = pd.read_csv(args.curve)
+    predictions = pd.read_parquet(paths.predictions)
+    curve = pd.read_csv(paths.curve)
     collapsed = curve.loc[curve["collapsed"] == 1, "epoch"].tolist()
     blocks = [Heading("Training report", 1)] + headline(metrics, collapsed)
-    blocks += data_section(read_json(args.ingest_report), read_json(args.token_stats),
-                           read_json(args.split_counts), pd.read_csv(args.histogram))
+    blocks += data_section(read_json(paths.ingest_report), read_json(paths.token_stats),
+                           read_json(paths.split_counts), pd.read_csv(paths.histogram))
     blocks += results_section(curve, metrics)
     blocks += baseline_section(metrics)
-    blocks += data_version_section(read_json(args.data_diff), metrics.get("registry"),
-                                   read_json(args.split_counts))
+    blocks += data_version_section(read_json(paths.data_diff), metrics.get("registry"),
+                                   read_json(paths.split_counts))
     confusion = figures.confusion_heatmap(metrics["confusion"])
     blocks += [Figure("confusion matrix", confusion)]
-    blocks += mistakes_section(predictions, pd.read_parquet(args.corpus))
+    blocks += mistakes_section(predictions, pd.read_parquet(paths.corpus))
     blocks += calibration_section(predictions)
-    blocks += lineage_section(read_json(Path(args.model_dir) / "params.json"), run, hashes)
+    blocks += lineage_section(read_json(Path(paths.model_dir) / "params.json"), run, hashes)
     return blocks, confusion
 
 
-def run(args) -> None:
-    """The stage, from its parsed arguments."""
-    training = training_run(args.run_file)  # fail in one line, before the work
-    blocks, confusion = build(args, training)
-    Path(args.out_md).write_text(to_markdown(blocks), encoding="utf-8")
-    Path(args.out_html).write_text(to_html(blocks, "Training report"), encoding="utf-8")
-    Path(args.confusion_png).write_bytes(confusion)
-    if args.corpus not in dataset_sources(training):
-        log_datasets(training["run_id"], {"corpus": args.corpus}, "source")
-    logged = [args.out_html, args.out_md, args.confusion_png, args.ingest_report]
+def run(paths: ReportPaths) -> None:
+    """The stage."""
+    training = training_run(paths.run_file)  # fail in one line, before the work
+    blocks, confusion = build(paths, training)
+    Path(paths.out_md).write_text(to_markdown(blocks), encoding="utf-8")
+    Path(paths.out_html).write_text(to_html(blocks, "Training report"), encoding="utf-8")
+    Path(paths.confusion_png).write_bytes(confusion)
+    if paths.corpus not in dataset_sources(training):
+        log_datasets(training["run_id"], {"corpus": paths.corpus}, "source")
+    logged = (paths.out_html, paths.out_md, paths.confusion_png, paths.ingest_report)
     add_to_run(training, artifact_path="report", artifacts=logged)
-    log.info("wrote %s and %s; logged them to MLflow run %s", args.out_md, args.out_html, training["run_id"])
+    log.info("wrote %s and %s; logged them to MLflow run %s", paths.out_md, paths.out_html, training["run_id"])
