@@ -13,9 +13,23 @@ from accelerate import Accelerator
 from torch import nn
 
 from textclf.io import read_json
-from textclf.train.checkpoint import MANIFEST, STATE, TENSORS, Checkpointer, Progress, damage
+from textclf.io import write_json
+from textclf.train.checkpoint import MANIFEST, STATE, TENSORS, Checkpointer, Progress, damage, manifest
 
 KEY = "k1"
+
+
+class Rows:
+    """A state that rides in the checkpoint: JSON values and tensors."""
+
+    def __init__(self):
+        self.rows, self.w = [], torch.ones(2)
+
+    def state_dict(self):
+        return {"rows": list(self.rows), "tensors": {"w": self.w}}
+
+    def load_state_dict(self, state):
+        self.rows, self.w = state["rows"], state["tensors"]["w"]
 
 
 def prepared_linear():
@@ -35,12 +49,14 @@ def saved(tmp_path_factory) -> Path:
     (a save keeps the previous checkpoint, for the fallback)."""
     folder = tmp_path_factory.mktemp("ckpt") / "ckpt"
     accelerator, model, optimizer = prepared_linear()
-    ckpt = Checkpointer(folder, KEY, extra_state=lambda: {"rows": [1]})
-    ckpt.extra_tensors = lambda: {"w": torch.ones(2)}
-    ckpt.save(accelerator, Progress(1, 0, 0.0, {"rows": [1]}))
+    ckpt, rows = Checkpointer(folder, KEY), Rows()
+    ckpt.attach(rows=rows)
+    rows.rows = [1]
+    ckpt.save(accelerator, Progress(1, 0, 0.0))
     model(torch.ones(2, 4)).sum().backward()
     optimizer.step()
-    ckpt.save(accelerator, Progress(2, 0, 0.0, {"rows": [1, 2]}))
+    rows.rows, rows.w = [1, 2], torch.zeros(2)
+    ckpt.save(accelerator, Progress(2, 0, 0.0))
     return folder
 
 
@@ -82,10 +98,11 @@ def test_a_damaged_checkpoint_is_discarded_for_the_previous_one(saved, tmp_path,
     folder = shutil.copytree(saved, tmp_path / "ckpt")
     how(folder / "epoch-2-step-0" / name)
     caplog.set_level(logging.INFO, logger="textclf.train.checkpoint")
-    ckpt = Checkpointer(folder, KEY)
+    ckpt, rows = Checkpointer(folder, KEY), Rows()
     found = ckpt.find()
-    assert found is not None and (found.epoch, found.extra) == (1, {"rows": [1]})
-    assert ckpt.found == folder / "epoch-1-step-0" and ckpt.resumed_tensors()["w"].tolist() == [1, 1]
+    ckpt.attach(rows=rows)
+    assert found is not None and (found.epoch, rows.rows) == (1, [1])
+    assert ckpt.found == folder / "epoch-1-step-0" and rows.w.tolist() == [1, 1]
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warned) == 1 and "discarding checkpoint" in warned[0] and "epoch-2-step-0" in warned[0]
     assert name in warned[0] or (name == MANIFEST and MANIFEST in warned[0])
@@ -104,6 +121,21 @@ def test_with_no_complete_checkpoint_training_starts_over(saved, tmp_path, caplo
 def test_another_key_discards_every_checkpoint(saved, tmp_path):
     folder = shutil.copytree(saved, tmp_path / "ckpt")
     assert Checkpointer(folder, "other params").find() is None and not folder.exists()
+
+
+def test_a_checkpoint_of_the_older_format_is_discarded_in_one_line(saved, tmp_path, caplog):
+    """Format 1 kept the stage's state under "extra" and had no "format": undamaged (its
+    manifest matches), the same key, and still nothing to resume."""
+    folder = shutil.copytree(saved, tmp_path / "ckpt")
+    for checkpoint in ("epoch-1-step-0", "epoch-2-step-0"):
+        old = folder / checkpoint
+        state = read_json(old / STATE)
+        write_json(old / STATE, {**{k: state[k] for k in ("key", "epoch", "step", "loss_sum")}, "extra": {}})
+        write_json(old / MANIFEST, manifest(old))
+    caplog.set_level(logging.INFO, logger="textclf.train.checkpoint")
+    assert Checkpointer(folder, KEY).find() is None and not folder.exists()
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert "discarding checkpoint" in line and "checkpoint format 1; this one reads 2" in line
 
 
 def save_on_rank(rank: int, folder: str, port: int) -> None:

@@ -256,7 +256,8 @@ def test_epoch_selector_keeps_the_best_epoch_and_stops_on_patience():
         selector.update(row(epoch, f1, loss), model)
         assert selector.should_stop() == (epoch == 4)  # 2 epochs past the best
     assert selector.restore(model) == 2 and torch.equal(model.weight, weights[2])
-    resumed = EpochSelector("best", 2, state=selector.state(), weights=selector.weights)  # as from a checkpoint
+    resumed = EpochSelector("best", 2)
+    resumed.load_state_dict(selector.state_dict())  # as from a checkpoint
     assert resumed.should_stop() and resumed.kept_epoch == 2
     last = EpochSelector("last")
     for epoch, f1 in enumerate([0.9, 0.1], 1):

@@ -1,9 +1,11 @@
 """Training checkpoints, so that an interrupted training resumes where it stopped.
 
 Accelerate's save_state/load_state hold the model (safetensors), optimizer, scheduler and
-RNG states (read back with torch.load(weights_only=True)); `trainer_state.json` beside
-them holds the progress and whatever the stage adds (epoch rows, guard results, run id),
-and `extra.safetensors` the stage's extra tensors (the best epoch's weights).
+RNG states (read back with torch.load(weights_only=True)). What else rides in a checkpoint
+(epoch rows, guard results, the epoch selector, the run id) is a `Stateful` object handed to
+the checkpointer (`attach`), which saves each one's state_dict() with every checkpoint and,
+on resume, loads it back with load_state_dict(): `trainer_state.json` holds the progress and
+the states' JSON values, `states.safetensors` their tensors (the best epoch's weights).
 
     models/checkpoint/latest.json          {"key", "dir", "epoch", "step"}: the newest
     models/checkpoint/epoch-2-step-0/      a complete checkpoint; manifest.json: each file's
@@ -15,7 +17,8 @@ atomic replace), so a kill during a save leaves the previous checkpoint in charg
 that fails (a full disk) removes its `.tmp` and stops the stage in one line, the previous
 checkpoint still in charge. Before resuming, every file is checked against the manifest:
 a damaged checkpoint (a copy cut short, garbage) is discarded in one line, and training
-falls back to the one before it, else starts over; it never trains on garbage. A save first
+falls back to the one before it, else starts over; it never trains on garbage. One saved in
+another FORMAT (by an older textclf) is discarded in one line too. A save first
 deletes every checkpoint but the newest complete one, which stays as the fallback: the disk
 holds two at most (the one being written counted), and after the save the newest two.
 The key hashes everything that shapes training: a changed param or input never resumes.
@@ -29,9 +32,9 @@ import os
 import re
 import shutil
 import signal
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Protocol
 
 import torch
 from safetensors import SafetensorError
@@ -40,8 +43,18 @@ from safetensors.torch import load_file, save_file
 from textclf.io import UserError, file_md5, interrupt_pending, raise_if_interrupted, read_json, write_json
 
 log = logging.getLogger(__name__)
-LATEST, STATE, TENSORS, MANIFEST = "latest.json", "trainer_state.json", "extra.safetensors", "manifest.json"
+LATEST, STATE, TENSORS, MANIFEST = "latest.json", "trainer_state.json", "states.safetensors", "manifest.json"
 NAME = re.compile(r"^epoch-(\d+)-step-(\d+)$")
+FORMAT = 2  # of trainer_state.json; 1 (no "format"): the stage's state under "extra"
+
+
+class Stateful(Protocol):
+    """What rides in a checkpoint. state_dict() values are JSON values, or `dict[str, Tensor]`
+    (weights: saved as safetensors); load_state_dict() gets back what state_dict() gave."""
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
 def training_key(settings: dict, data_files: dict[str, str | Path]) -> str:
@@ -88,18 +101,43 @@ class Progress:
     epoch: int = 0  # epochs completed
     step: int = 0  # optimizer steps already taken in epoch `epoch + 1`
     loss_sum: float = 0.0  # their summed loss, so the epoch's mean loss comes out the same
-    extra: dict = field(default_factory=dict)  # the stage's own state
+
+
+States = dict[str, dict[str, Any]]  # state dicts by name
+
+
+def _is_tensors(value: object) -> bool:
+    return isinstance(value, dict) and bool(value) and all(isinstance(v, torch.Tensor) for v in value.values())
+
+
+def split_states(states: States) -> tuple[States, dict[str, torch.Tensor]]:
+    """-> (the JSON values, the tensors named "name/key/tensor")."""
+    values: States = {}
+    tensors: dict[str, torch.Tensor] = {}
+    for name, state in states.items():
+        values[name] = {key: value for key, value in state.items() if not _is_tensors(value)}
+        tensors.update({f"{name}/{key}/{k}": t for key, value in state.items() if _is_tensors(value)
+                        for k, t in value.items()})
+    return values, tensors
+
+
+def join_states(values: States, tensors: dict[str, torch.Tensor]) -> States:
+    """split_states undone."""
+    states = {name: dict(state) for name, state in values.items()}
+    for full, tensor in tensors.items():
+        name, key, k = full.split("/", 2)
+        states[name].setdefault(key, {})[k] = tensor
+    return states
 
 
 class Checkpointer:
     """Saves after every epoch, every `every` optimizer steps (0: never mid-epoch), and at
     the first safe point after SIGINT/SIGTERM (then raises Interrupted)."""
 
-    def __init__(self, folder: str | Path, key: str, every: int = 0,
-                 extra_state: Callable[[], dict] = dict, main: bool = True):
-        self.folder, self.key, self.every, self.extra_state = Path(folder), key, every, extra_state
-        self.main = main  # only the main process deletes (every rank reads)
-        self.extra_tensors: Callable[[], dict | None] = lambda: None  # e.g. the best epoch's weights
+    def __init__(self, folder: str | Path, key: str, every: int = 0, main: bool = True):
+        self.folder, self.key, self.every = Path(folder), key, every
+        self.main = main  # only the main process deletes and writes states (every rank reads)
+        self.states: dict[str, Stateful] = {}
         self.resume: Progress | None = None
         self.found: Path | None = None  # the folder `resume` came from
 
@@ -114,10 +152,14 @@ class Checkpointer:
                     shutil.rmtree(candidate, ignore_errors=True)
                 continue
             state = read_json(candidate / STATE)
+            if state.get("format", 1) != FORMAT:
+                log.warning("discarding checkpoint %s: another version of textclf saved it (checkpoint "
+                            "format %s; this one reads %d)", self.folder, state.get("format", 1), FORMAT)
+                break
             if state.get("key") != self.key:
                 log.info("discarding checkpoint %s: it was made with other params or data", self.folder)
                 break
-            self.resume = Progress(state["epoch"], state["step"], state["loss_sum"], state["extra"])
+            self.resume = Progress(state["epoch"], state["step"], state["loss_sum"])
             self.found = candidate
             log.info("resuming from checkpoint %s (epoch %d done, step %d of the next)",
                      candidate, state["epoch"], state["step"])
@@ -125,14 +167,19 @@ class Checkpointer:
         self.clear()  # nothing to resume: leftovers of saves that never completed, or stale
         return None
 
-    def resumed_tensors(self) -> dict | None:
-        """The extra_tensors saved with the checkpoint found, if any."""
-        if self.found is None or not (self.found / TENSORS).is_file():
-            return None
-        return load_file(str(self.found / TENSORS))
+    def attach(self, **states: Stateful) -> None:
+        """Save each object's state with every checkpoint, under its name; when find() found a
+        checkpoint, load that checkpoint's state into each now (every rank)."""
+        if self.found is not None:
+            tensors = load_file(str(self.found / TENSORS)) if (self.found / TENSORS).is_file() else {}
+            saved = join_states(read_json(self.found / STATE)["states"], tensors)
+            for name, obj in states.items():
+                obj.load_state_dict(saved[name])
+        self.states.update(states)
 
     def restore(self, accelerator) -> Progress:
-        """After accelerator.prepare: load the found checkpoint's states -> its progress."""
+        """After accelerator.prepare: load the found checkpoint's model, optimizer, scheduler
+        and RNG states -> its progress."""
         if self.resume is None:
             return Progress()
         accelerator.load_state(str(self.found))
@@ -149,11 +196,11 @@ class Checkpointer:
             accelerator.wait_for_everyone()
             if not accelerator.is_main_process:
                 return
-            tensors = self.extra_tensors()
+            values, tensors = split_states({part: obj.state_dict() for part, obj in self.states.items()})
             if tensors:
                 save_file(tensors, str(tmp / TENSORS))
-            write_json(tmp / STATE, {"key": self.key, "epoch": progress.epoch, "step": progress.step,
-                                     "loss_sum": progress.loss_sum, "extra": progress.extra})
+            write_json(tmp / STATE, {"format": FORMAT, "key": self.key, "epoch": progress.epoch,
+                                     "step": progress.step, "loss_sum": progress.loss_sum, "states": values})
             write_json(tmp / MANIFEST, manifest(tmp))  # last: a folder without it is incomplete
         except (OSError, RuntimeError, SafetensorError) as err:  # torch.save: RuntimeError
             shutil.rmtree(tmp, ignore_errors=True)
@@ -182,13 +229,13 @@ class Checkpointer:
             # every rank resumes from this one sum, and the epoch's loss is the mean over ranks
             # of their sums: so save the mean of the sums so far, not rank 0's
             mean = float(accelerator.reduce(loss_sum, "mean"))  # one process: loss_sum itself
-            self.save(accelerator, Progress(epoch - 1, step, mean, self.extra_state()))
+            self.save(accelerator, Progress(epoch - 1, step, mean))
         if stop:
             raise_if_interrupted(signal.SIGTERM)
 
     def after_epoch(self, accelerator, epoch: int) -> None:
         stop = _agreed(accelerator, interrupt_pending())
-        self.save(accelerator, Progress(epoch, 0, 0.0, self.extra_state()))
+        self.save(accelerator, Progress(epoch, 0, 0.0))
         if stop:
             raise_if_interrupted(signal.SIGTERM)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import math
 import os
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -154,21 +154,23 @@ def validation_loss(probs: np.ndarray, labels: list[int]) -> float:
 class EpochSelector:
     """train.select / train.select_metric / train.patience. Tracks the epoch that scores best
     on validation (macro-F1 with ties to the lower loss, or the loss alone) and, for `best`, a
-    CPU copy of its weights, so the test split never chooses anything. `state` and `weights`
-    come from a checkpoint on resume."""
+    CPU copy of its weights, so the test split never chooses anything. Rides in the
+    checkpoint (state_dict / load_state_dict), its weights too."""
 
-    def __init__(self, select: str = "last", patience: int = 0, metric: str = "macro_f1",
-                 state: dict | None = None, weights: dict[str, torch.Tensor] | None = None):
+    def __init__(self, select: str = "last", patience: int = 0, metric: str = "macro_f1"):
         self.select, self.patience, self.metric = select, patience, metric
-        state = state or {}
-        self.best_epoch, self.best_key = state.get("best_epoch", 0), state.get("best_key")
-        self.best_row = state.get("best_row", {})
-        self.last_epoch = state.get("last_epoch", 0)
-        self.weights = weights
+        self.best_epoch = self.last_epoch = 0
+        self.best_key: list[float] | None = None  # key() of the best epoch's row
+        self.best_row: dict[str, float] = {}
+        self.weights: dict[str, torch.Tensor] | None = None
 
-    def state(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         return {"best_epoch": self.best_epoch, "best_key": self.best_key, "best_row": self.best_row,
-                "last_epoch": self.last_epoch}
+                "last_epoch": self.last_epoch, "weights": self.weights}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.best_epoch, self.best_key, self.best_row = state["best_epoch"], state["best_key"], state["best_row"]
+        self.last_epoch, self.weights = state["last_epoch"], state["weights"]
 
     def key(self, row: dict) -> list[float]:
         """Larger is better: a tie on macro-F1 (it saturates: every validation document right)

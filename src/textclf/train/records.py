@@ -8,12 +8,14 @@ import logging
 import re
 import time
 from pathlib import Path
+from typing import Any, Protocol
 
 import mlflow
 import pandas as pd
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
+from textclf.config import TrainParams
 from textclf.io import UserError, expected, write_csv, write_json
 from textclf.tracking.store import QUICK_HTTP, store_calls
 from textclf.train import guards
@@ -23,11 +25,51 @@ CURVE_FIELDS = ["epoch", "train_loss", "val_loss", "val_accuracy", "val_macro_f1
                 "pred_entropy", "collapsed"]
 
 
-class NoTracking:
-    """What ranks other than 0 use instead of a RunLog: every call does nothing."""
+class Tracker(Protocol):
+    """Where a training's metrics, tags and small artifacts go, on every rank: rank 0's RunLog,
+    NoTracking on the others."""
 
-    def __getattr__(self, name):
-        return lambda *args, **kwargs: None
+    @property
+    def main(self) -> bool:
+        """Whether this process writes the training's records (rank 0, for every rank)."""
+
+    def log_metrics(self, values: dict[str, float], step: int = 0) -> None: ...
+
+    def set_tag(self, key: str, value: object) -> None: ...
+
+    def set_tags(self, tags: dict[str, object]) -> None: ...
+
+    def log_params(self, params: dict[str, object]) -> None: ...
+
+    def log_dict(self, content: dict[str, Any], name: str) -> None: ...
+
+    def flush(self) -> bool:
+        """Send what is queued -> whether the store has all of it now."""
+
+
+class NoTracking:
+    """What ranks other than 0 use instead of a RunLog: rank 0 tracks for every rank, so
+    every call does nothing."""
+
+    main = False
+
+    def log_metrics(self, values: dict[str, float], step: int = 0) -> None:
+        pass
+
+    def set_tag(self, key: str, value: object) -> None:
+        pass
+
+    def set_tags(self, tags: dict[str, object]) -> None:
+        pass
+
+    def log_params(self, params: dict[str, object]) -> None:
+        pass
+
+    def log_dict(self, content: dict[str, Any], name: str) -> None:
+        pass
+
+    def flush(self) -> bool:
+        return True  # nothing is ever queued
 
 
 def store_failed(err: BaseException) -> bool:
@@ -63,6 +105,8 @@ class RunLog:
     after a failure, the run's history is read first, since an earlier attempt may have logged
     some of them, and a request that failed may have reached the store."""
 
+    main = True
+
     def __init__(self, run_id: str, uri: str, resumed: bool = False):
         self.run_id, self.uri, self.client = run_id, uri, MlflowClient(uri)
         self.metrics: dict[tuple[str, int], Metric] = {}
@@ -70,22 +114,22 @@ class RunLog:
         self.resumed, self.read_history = resumed, False
         self.failure: str | None = None  # the store's error, while it fails
 
-    def log_metrics(self, values: dict, step: int = 0) -> None:
+    def log_metrics(self, values: dict[str, float], step: int = 0) -> None:
         now = int(time.time() * 1000)  # when measured, not when the store took it
         self.metrics.update({(k, step): Metric(k, float(v), now, step) for k, v in values.items()})
 
-    def set_tag(self, key: str, value) -> None:
+    def set_tag(self, key: str, value: object) -> None:
         self.tags[key] = str(value)
 
-    def set_tags(self, tags: dict) -> None:
+    def set_tags(self, tags: dict[str, object]) -> None:
         self.tags.update({k: str(v) for k, v in tags.items()})
 
     # Sent at once, at the start (check_store has just written to the store) or at the end
     # (after a flush that worked): a failure there stops the stage.
-    def log_params(self, params: dict) -> None:
+    def log_params(self, params: dict[str, object]) -> None:
         self.client.log_batch(self.run_id, params=[Param(k, str(v)) for k, v in params.items()])
 
-    def log_dict(self, content: dict, name: str) -> None:
+    def log_dict(self, content: dict[str, Any], name: str) -> None:
         self.client.log_dict(self.run_id, content, name)
 
     def log_artifact(self, path: str) -> None:
@@ -145,14 +189,21 @@ class RunLog:
 
 class GuardBook:
     """Guard results, kept for reports/guards.json and set as MLflow tags `guard.<name>`;
-    written out even when a guard fails the stage. `results` may come from a checkpoint."""
+    written out even when a guard fails the stage. Rides in the checkpoint."""
 
-    def __init__(self, path: str, tracker, results: dict | None = None):
-        self.path, self.tracker, self.results = path, tracker, dict(results or {})
+    def __init__(self, path: str, tracker: Tracker):
+        self.path, self.tracker = path, tracker
+        self.results: dict[str, dict[str, Any]] = {}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"results": self.results}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.results = dict(state["results"])
 
     def record(self, name: str, status: str, message: str, **extra) -> None:
         self.results[name] = {"status": status, "message": message, **extra}
-        if not isinstance(self.tracker, NoTracking):  # rank 0 writes for every rank
+        if self.tracker.main:  # rank 0 writes for every rank
             self.tracker.set_tag(f"guard.{name}", status)
             write_json(self.path, self.results)
 
@@ -167,13 +218,21 @@ class GuardBook:
 
 class EpochLogger:
     """Per-epoch rows to a CSV (DVC plots) and the RunLog, plus the collapse detector, whose
-    verdict is on the kept epoch (judge). `rows` and `history` from a checkpoint are written
-    to the CSV again; the stage queues them again and the RunLog logs those the run lacks."""
+    verdict is on the kept epoch (judge). Rides in the checkpoint: the rows and collapse
+    history loaded on resume are written to the CSV again; the stage queues them again and
+    the RunLog logs those the run lacks."""
 
-    def __init__(self, path: str, y_val: list[int], labels: list[str], cfg, book: GuardBook,
-                 rows: list[dict] | None = None, history: list[dict] | None = None):
+    def __init__(self, path: str, y_val: list[int], labels: list[str], cfg: TrainParams, book: GuardBook):
         self.path, self.y_val, self.labels, self.cfg, self.book = Path(path), y_val, labels, cfg, book
-        self.rows, self.history = list(rows or []), list(history or [])  # history: collapse_check per epoch
+        self.rows: list[dict[str, Any]] = []
+        self.history: list[dict[str, Any]] = []  # collapse_check per epoch
+        self.write()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"rows": self.rows, "history": self.history}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.rows, self.history = list(state["rows"]), list(state["history"])
         self.write()
 
     def write(self) -> None:

@@ -10,7 +10,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 from contextlib import nullcontext
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import mlflow
 import pandas as pd
@@ -86,9 +88,20 @@ def check_params_kept(path: str, params: Params) -> None:
                          "run `dvc repro` again.")
 
 
-def open_run(exp_id: str, resume: Progress | None):
-    """A new run, or on resume the checkpoint's run, reopened -> (active run, reopened?)."""
-    run_id = resume.extra.get("run_id") if resume else None
+@dataclass
+class RunRef:
+    """The MLflow run a checkpoint belongs to: a resume logs into it."""
+    run_id: str | None = None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"run_id": self.run_id}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.run_id = state["run_id"]
+
+
+def open_run(exp_id: str, run_id: str | None):
+    """A new run, or the checkpoint's run (`run_id`), reopened -> (active run, reopened?)."""
     if run_id and run_exists(run_id):
         mark_resumed(run_id)
         return mlflow.start_run(run_id=run_id), True
@@ -117,31 +130,25 @@ def train_and_save(args, params, splits, labels, tokenizer, accelerator, ckpt: C
     cfg, active = params.train, mlflow.active_run()
     logged = params.sections(LOGGED_SECTIONS)
     start_logging(args, logged, tracker, active, reopened)
-    extra = resume.extra if resume else {}
-    book = GuardBook(args.guards, tracker, extra.get("guards"))
-    epochs = EpochLogger(args.curve, splits["validation"].labels, labels, cfg, book, extra.get("rows"),
-                         extra.get("collapse"))
-    for row in epochs.rows:  # resumed: the run gets the checkpoint's epochs it lacks (RunLog
+    book = GuardBook(args.guards, tracker)
+    curve = EpochLogger(args.curve, splits["validation"].labels, labels, cfg, book)
+    selector = EpochSelector(cfg.select, cfg.patience, cfg.select_metric)
+    ckpt.attach(guards=book, curve=curve, selector=selector)  # resumed: each loads its state
+    for row in curve.rows:  # resumed: the run gets the checkpoint's epochs it lacks (RunLog
         # reads its history), whether a kill, a full disk or a failing store kept them back
         tracker.log_metrics({k: v for k, v in row.items() if k != "epoch"}, step=row["epoch"])
     tracker.flush()  # now: the stale-run sweep finds a killed run by its process tags
-    selector = EpochSelector(cfg.select, cfg.patience, cfg.select_metric, extra.get("selector"),
-                             ckpt.resumed_tensors())
-    ckpt.extra_state = lambda: {"run_id": active and active.info.run_id, "rows": epochs.rows,
-                                "collapse": epochs.history, "guards": book.results,
-                                "selector": selector.state()}
-    ckpt.extra_tensors = lambda: selector.weights if accelerator.is_main_process else None
     model, optimizer, encoder = prepare(params, splits, labels, pad_id(tokenizer), book)
     tracker.flush()  # the guards' tags
     before = guards.snapshot(model)  # the seeded initial weights, rebuilt the same on resume
     with deferred_interrupts():  # SIGINT/SIGTERM: checkpoint at the next step, then stop
         model = fit(model, optimizer, splits["train"], splits["validation"], cfg, pad_id(tokenizer),
-                    accelerator, epochs, ckpt, selector, on_saved=lambda epoch: tracker.flush())
+                    accelerator, curve, ckpt, selector, on_saved=lambda epoch: tracker.flush())
     if not accelerator.is_main_process:
         return
     # every local output first: a store that fails afterwards costs none of them
     tracker.log_metrics({"kept_epoch": selector.kept_epoch, "epochs_trained": selector.last_epoch})
-    epochs.judge(selector.kept_epoch, final=True)  # the guards judge the model that is kept
+    curve.judge(selector.kept_epoch, final=True)  # the guards judge the model that is kept
     write_csv(pd.DataFrame(guards.weight_movement(model, before, encoder)), args.movement)
     book.check("weight_movement", guards.movement_check, model, before, encoder, cfg)
     with atomic_path(args.model_dir, folder=True) as tmp:  # a kill mid-save leaves no half model
@@ -219,13 +226,16 @@ def train_rank(args, params: Params) -> None:
     ckpt = Checkpointer(args.checkpoint_dir, checkpoint_key(params, args), cfg.checkpoint_every,
                         main=main_rank)
     resume = ckpt.find() if cfg.nodes == 1 else None  # the other nodes have no checkpoint to resume
+    run_ref = RunRef()
+    ckpt.attach(run=run_ref)
     set_seed(cfg.seed)  # before the head is initialised
     accelerator = make_accelerator(cfg.precision)
     check_same_inputs(accelerator, ckpt.key, cfg.processes)
     if not main_rank:
         return train_and_save(args, params, splits, labels, tokenizer, accelerator, ckpt, resume, False,
                               NoTracking())
-    active, reopened = open_run(exp_id, resume)
+    active, reopened = open_run(exp_id, run_ref.run_id)
+    run_ref.run_id = active.info.run_id
     tracker = RunLog(active.info.run_id, uri, resumed=resume is not None)
     log.info("MLflow run %s on %s%s", active.info.run_id, accelerator.device,
              " (resumed)" if reopened else "")
