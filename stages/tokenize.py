@@ -5,15 +5,8 @@ shadow the standard library's tokenize module).
 """
 from __future__ import annotations
 
-import logging
-
-import pandas as pd
-
-from textclf.config import load_params
-from textclf.io import run_stage, setup_logging, stage_parser, write_csv, write_json
-from textclf.data.tokens import length_histogram, length_stats, load_ids_tokenizer, write_tokens
-
-log = logging.getLogger("tokenize")
+from textclf.data.tokens import TokenizePaths, run_tokenize
+from textclf.io import run_stage, setup_logging, stage_parser
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -24,14 +17,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--histogram", required=True, help="output CSV: documents per length bin")
     args = parser.parse_args(argv)
     setup_logging()
-    params = load_params(args.params)
-    cfg, model = params.tokenize, params.model
-    tokenizer = load_ids_tokenizer(model.name)
-    lengths = write_tokens(tokenizer, args.corpus, cfg, args.tokens)
-    stats = length_stats(lengths, cfg.max_length)
-    write_json(args.stats, stats)
-    write_csv(pd.DataFrame(length_histogram(lengths)), args.histogram)
-    log.info("tokenized %d documents: %s", len(lengths), stats)
+    run_tokenize(TokenizePaths(**vars(args)))
 
 
 if __name__ == "__main__":

@@ -22,8 +22,8 @@ import numpy as np
 
 import pandas as pd
 
-from textclf.config import NearDuplicateParams
-from textclf.io import UserError, atomic_path, temp_beside
+from textclf.config import NearDuplicateParams, load_params
+from textclf.io import UserError, atomic_path, temp_beside, write_json
 from textclf.data.ingest_report import IngestReport, SkipReason
 from textclf.data.ledger import SCHEMA, Ledger
 from textclf.data.near_dups import NearDuplicates, group_sketched, sketch_and_keys
@@ -254,6 +254,25 @@ def write_corpus(source: Path | str, out: Path | str, max_bytes: int, min_per_cl
         _check_classes(Counter({c: per_class.get(c, 0) for c in class_folders}), min_per_class)
         ledger.write(tmp, order, group_of)
     return report
+
+
+@dataclasses.dataclass(frozen=True)
+class IngestPaths:
+    """What the ingest stage reads and writes, as its command line names them."""
+    params: str
+    corpus: str  # written: the corpus parquet
+    report: str  # written: the accounting report (ingest_report.json)
+
+
+def run_ingest(paths: IngestPaths) -> None:
+    """The ingest stage: ingest.source -> the corpus and its accounting report."""
+    params = load_params(paths.params).ingest
+    columns = Columns(params.text_column, params.label_column, params.id_column, params.tsv_quoting)
+    report = write_corpus(params.source, paths.corpus, params.max_bytes, params.min_per_class,
+                          params.near_duplicates, columns)
+    write_json(paths.report, report.to_json())
+    logging.getLogger("ingest").info("seen %d %s, kept %d in %d classes, skipped %s", report.seen,
+                                     report.unit, report.kept, len(report.per_class), report.counts())
 
 
 def build_corpus(source: Path | str, max_bytes: int, min_per_class: int,

@@ -21,12 +21,15 @@ single document reshuffles documents of every class.
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections import Counter
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from textclf.io import UserError
+from textclf.config import load_params
+from textclf.io import UserError, write_json, write_parquet
 
 SPLITS = ("train", "validation", "test")
 
@@ -198,5 +201,34 @@ def check_disjoint(assignment: pd.DataFrame) -> None:
 
 
 def class_counts(assignment: pd.DataFrame) -> dict[str, dict[str, int]]:
-    table = assignment.groupby(["split", "label"]).size()
-    return {split: {label: int(n) for label, n in table[split].items()} for split in SPLITS}
+    table = assignment.groupby(["split", "label"]).size()  # sorted by split, then label
+    counts: dict[str, dict[str, int]] = {split: {} for split in SPLITS}
+    for (split, label), n in zip(table.index, table.tolist()):
+        counts[split][label] = int(n)
+    return counts
+
+
+@dataclass(frozen=True)
+class SplitPaths:
+    """What the split stage reads and writes, as its command line names them."""
+    params: str
+    corpus: str
+    splits: str  # written: doc_id -> split (parquet)
+    counts: str  # written: class counts per split, the method and its repair moves (JSON)
+
+
+def run_split(paths: SplitPaths) -> None:
+    """The split stage: the corpus's assignment and its class counts."""
+    cfg = load_params(paths.params).split
+    columns = ["doc_id", "label", "content_hash", "group", "source_path"]  # the path names it in diffs
+    if cfg.method == "stable":
+        columns.append("split_key")
+    corpus = pd.read_parquet(paths.corpus, columns=columns)
+    assignment, repairs = split_corpus(corpus, cfg.fractions, cfg.seed, cfg.method)
+    write_parquet(assignment, paths.splits)
+    counts = class_counts(assignment)
+    write_json(paths.counts, {**counts, "method": cfg.method, "repairs": repairs})
+    logging.getLogger("split").info(
+        "split (%s) sizes: %s; %d near-duplicate groups, none in two splits; %d group(s) moved so "
+        "that every class is in every split", cfg.method, {s: sum(c.values()) for s, c in counts.items()},
+        int((assignment["group"].value_counts() > 1).sum()), len(repairs))

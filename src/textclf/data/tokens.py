@@ -4,12 +4,14 @@ Padding happens per batch at train time (dynamic padding), so nothing here pads.
 """
 from __future__ import annotations
 
+import logging
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from textclf.config import TokenizeParams
-from textclf.io import UserError, atomic_path, open_parquet
+from textclf.config import TokenizeParams, load_params
+from textclf.io import UserError, atomic_path, open_parquet, write_csv, write_json
 from textclf.model_source import hub_offline, not_found, resolve_model_name
 
 TRUNCATIONS = ("head", "tail", "head+tail")
@@ -180,7 +182,7 @@ def write_tokens(tokenizer, corpus: str | Path, params: TokenizeParams, path: st
     return np.concatenate(lengths)
 
 
-def length_stats(lengths: list[int], max_length: int) -> dict:
+def length_stats(lengths: np.ndarray | list[int], max_length: int) -> dict:
     arr = np.asarray(lengths)
     return {
         "documents": int(arr.size),
@@ -193,8 +195,31 @@ def length_stats(lengths: list[int], max_length: int) -> dict:
     }
 
 
-def length_histogram(lengths: list[int], bins: int = 20) -> list[dict]:
+def length_histogram(lengths: np.ndarray | list[int], bins: int = 20) -> list[dict]:
     """Documents per token-length bin (untruncated lengths), for a DVC bar plot."""
     counts, edges = np.histogram(np.asarray(lengths), bins=bins)
     return [{"tokens_from": int(lo), "tokens_to": int(hi), "documents": int(n)}
             for lo, hi, n in zip(edges[:-1], edges[1:], counts)]
+
+
+@dataclass(frozen=True)
+class TokenizePaths:
+    """What the tokenize stage reads and writes, as its command line names them."""
+    params: str
+    corpus: str
+    tokens: str  # written: the token store (parquet)
+    stats: str  # written: token-length stats (JSON)
+    histogram: str  # written: documents per length bin (CSV)
+
+
+def run_tokenize(paths: TokenizePaths) -> None:
+    """The tokenize stage: the corpus's token ids, their length stats and histogram."""
+    import pandas as pd  # here: a served model imports this module, and needs no stage
+
+    params = load_params(paths.params)
+    tokenizer = load_ids_tokenizer(params.model.name)
+    lengths = write_tokens(tokenizer, paths.corpus, params.tokenize, paths.tokens)
+    stats = length_stats(lengths, params.tokenize.max_length)
+    write_json(paths.stats, stats)
+    write_csv(pd.DataFrame(length_histogram(lengths)), paths.histogram)
+    logging.getLogger("tokenize").info("tokenized %d documents: %s", len(lengths), stats)

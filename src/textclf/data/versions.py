@@ -56,7 +56,7 @@ def _moves(old: pd.DataFrame, new: pd.DataFrame) -> dict:
     moved = pair[pair["old"] != pair["new"]]
     routes = moved.value_counts().sort_index()
     return {"moved": len(moved), "test_to_train": int(routes.get(("test", "train"), 0)),
-            "by_route": {f"{a}->{b}": int(n) for (a, b), n in routes.items()}}
+            "by_route": {f"{a}->{b}": int(n) for (a, b), n in zip(routes.index, routes.tolist())}}
 
 
 def diff(old: pd.DataFrame, new: pd.DataFrame, examples: int = EXAMPLES) -> dict:

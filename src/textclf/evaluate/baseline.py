@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -20,9 +21,10 @@ from sklearn.linear_model import LogisticRegression, SGDClassifier
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import normalize
 
-from textclf.config import BaselineParams
+from textclf.config import BaselineParams, load_params
 from textclf.evaluate.metrics import classification_scores
-from textclf.io import UserError, open_parquet
+from textclf.inference.frames import PROB_PREFIX
+from textclf.io import UserError, open_parquet, write_json, write_parquet
 
 log = logging.getLogger(__name__)
 
@@ -147,3 +149,29 @@ def fit_and_score(train_texts: list[str], train_y: list[str], test_texts: list[s
     """Test accuracy and macro-F1 alone (benchmarks/ingest_scale.py)."""
     classes, probs = fit_and_predict(train_texts, train_y, test_texts, cfg)
     return classification_scores(test_y, [classes[i] for i in probs.argmax(axis=1)])
+
+
+@dataclass(frozen=True)
+class BaselinePaths:
+    """What the baseline stage reads and writes, as its command line names them."""
+    params: str
+    corpus: str
+    splits: str
+    out: str  # written: the baseline's test scores (JSON)
+    predictions: str  # written: per test document, label, prediction, probabilities (parquet)
+
+
+def run_baseline(paths: BaselinePaths) -> None:
+    """The baseline stage: fit on the train split, score the test split."""
+    cfg = load_params(paths.params).baseline
+    splits = pd.read_parquet(paths.splits, columns=["doc_id", "split"])
+    doc_ids, labels, classes, probs = predict_test(paths.corpus, splits, cfg)  # probs: (N, C)
+    predictions = pd.DataFrame({"doc_id": doc_ids, "label": labels,
+                                "predicted": np.asarray(classes, dtype=object)[probs.argmax(axis=1)]})
+    for i, c in enumerate(classes):
+        predictions[PROB_PREFIX + c] = probs[:, i]
+    scores = classification_scores(predictions["label"], predictions["predicted"])
+    write_json(paths.out, scores)
+    write_parquet(predictions, paths.predictions)
+    logging.getLogger("baseline").info("baseline test accuracy %.4f, macro-F1 %.4f", scores["accuracy"],
+                                       scores["macro_f1"])
