@@ -21,7 +21,7 @@ from typing import Any, Callable
 try:
     import fcntl
 except ImportError:  # Windows
-    fcntl = None
+    fcntl = None  # type: ignore[assignment]
 
 log = logging.getLogger("textclf")
 
@@ -159,7 +159,7 @@ class Interrupted(KeyboardInterrupt):
 # While `deferred` is set (a training loop between safe points), a signal is only noted;
 # the loop calls raise_if_interrupted() where its state is consistent. A second signal
 # while one is pending stops at once.
-_signals = {"deferred": False, "pending": None}
+_signals: dict[str, Any] = {"deferred": False, "pending": None}  # pending: a signal number
 
 
 def _on_signal(signum, frame) -> None:
@@ -190,8 +190,9 @@ def raise_if_interrupted(default: int | None = None) -> None:
     """Raise the pending signal as Interrupted; or `default` when none is pending here
     (another rank of a multi-process run was signalled)."""
     signum, _signals["pending"] = _signals["pending"], None
-    if signum is not None or default is not None:
-        raise Interrupted(signum if signum is not None else default)
+    signum = signum if signum is not None else default
+    if signum is not None:
+        raise Interrupted(signum)
 
 
 SHELLS = {"sh", "dash", "bash", "zsh", "fish"}

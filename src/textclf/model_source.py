@@ -26,7 +26,7 @@ def resolve_model_name(name: str) -> str:
     if module.isidentifier() and importlib.util.find_spec(module) is not None:
         pkg = importlib.import_module(module)
         getter = getattr(pkg, "get_model_path", None)
-        folder = Path(getter()) if getter else Path(pkg.__file__).parent / "model"
+        folder = Path(getter()) if getter else Path(str(pkg.__file__)).parent / "model"
         if (folder / "config.json").is_file():
             return str(folder)
         raise UserError(f"model.name={name!r} is an installed package without model weights "

@@ -38,7 +38,7 @@ def one_line(answer: dict) -> dict:
     if "valid JSON" in message or "UTF-8" in message:
         reason = "the request body is not valid JSON in UTF-8"
     else:
-        reason = REASONS.get(answer.get("error_class"), "the request is not in the scoring format")
+        reason = REASONS.get(str(answer.get("error_class")), "the request is not in the scoring format")
     return {**kept, "message": f"{reason}: {FORMAT}."}
 
 

@@ -43,14 +43,14 @@ def judge(truth: list[str], challenger: list[str], champion: list[str], rule: st
     """Both models' predicted labels on the common set -> scores, the paired comparison and
     the gate's decision. `not_worse`: not significantly worse and a macro-F1 at least the
     champion's; `better`: significantly better."""
-    truth, challenger, champion = map(np.asarray, (truth, challenger, champion))
-    out = {"n": int(len(truth)), "rule": rule}
-    if not len(truth):
+    y, mine_pred, theirs_pred = (np.asarray(v) for v in (truth, challenger, champion))
+    out = {"n": int(len(y)), "rule": rule}
+    if not len(y):
         return {**out, "promote": False,
                 "reason": "no common test document: every challenger test document was seen by "
                           "the champion in training or validation"}
-    mine, theirs = classification_scores(truth, challenger), classification_scores(truth, champion)
-    cmp = compare(challenger == truth, champion == truth, cfg.bootstrap, cfg.seed, cfg.alpha)
+    mine, theirs = classification_scores(y, mine_pred), classification_scores(y, theirs_pred)
+    cmp = compare(mine_pred == y, theirs_pred == y, cfg.bootstrap, cfg.seed, cfg.alpha)
     if rule == "better":
         promote = cmp["verdict"] == BETTER
         why = "significantly better" if promote else f"not significantly better ({cmp['verdict']})"
@@ -58,7 +58,7 @@ def judge(truth: list[str], challenger: list[str], champion: list[str], rule: st
         promote = cmp["verdict"] != WORSE and mine["macro_f1"] >= theirs["macro_f1"]
         why = ("not significantly worse, macro-F1 at least the champion's" if promote else
                "significantly worse" if cmp["verdict"] == WORSE else "a lower macro-F1")
-    reason = (f"on {len(truth)} common test documents: macro-F1 {mine['macro_f1']:.4f} vs the champion's "
+    reason = (f"on {len(y)} common test documents: macro-F1 {mine['macro_f1']:.4f} vs the champion's "
               f"{theirs['macro_f1']:.4f}, {cmp['verdict']} (McNemar p = {cmp['mcnemar_p']:.3g}): {why}")
     return {**out, "challenger": mine, "champion": theirs, "comparison": cmp, "promote": promote,
             "reason": reason}

@@ -12,6 +12,7 @@ interval excludes 0.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -84,15 +85,15 @@ def headline(cmp: dict) -> str:
     return f"**No significant difference from the baseline**: {gap}."
 
 
-def per_class_accuracy(labels: list[str], y_true: list[str], model_pred: list[str],
-                       baseline_pred: list[str]) -> dict[str, dict]:
+def per_class_accuracy(labels: list[str], y_true: Sequence[str], model_pred: Sequence[str],
+                       baseline_pred: Sequence[str]) -> dict[str, dict]:
     """{class: {support, model, baseline}}: the share of each class's documents each gets right."""
-    y_true, model_pred, baseline_pred = map(np.asarray, (y_true, model_pred, baseline_pred))
+    truth, model, baseline = (np.asarray(v) for v in (y_true, model_pred, baseline_pred))
     out = {}
     for label in labels:
-        mask = y_true == label
+        mask = truth == label
         n = int(mask.sum())
         out[label] = {"support": n,
-                      "model": float((model_pred[mask] == label).mean()) if n else 0.0,
-                      "baseline": float((baseline_pred[mask] == label).mean()) if n else 0.0}
+                      "model": float((model[mask] == label).mean()) if n else 0.0,
+                      "baseline": float((baseline[mask] == label).mean()) if n else 0.0}
     return out

@@ -118,14 +118,14 @@ def run(paths: EvaluatePaths) -> None:
     training = training_run(paths.run_file)  # before the work: fail in one line, naming the store
     model, labels = load_classifier(paths.model_dir)
     test = read_token_splits(paths.tokens, paths.splits, labels, names=("test",))[0]["test"]
-    input_ids, y_true = test.input_ids, test.labels
+    input_ids, y_true, doc_ids = test.input_ids, np.asarray(test.labels), test.doc_ids or []
     device, mixed = inference_device(cfg.precision)
     model.to(device)
     probs = predict_proba(model, input_ids, cfg.batch_size, pad_id(load_tokenizer(paths.model_dir)),
                           device, mixed)
     y_pred = probs.argmax(axis=1)
     metrics = test_metrics(y_true, y_pred, labels)
-    predictions = prediction_frame(test.doc_ids, y_true, probs, labels)
+    predictions = prediction_frame(doc_ids, y_true, probs, labels)
     metrics["ece"] = calibration(predictions["probability"], predictions["correct"])["ece"]
     metrics["guards"] = {name: g["status"] for name, g in read_json(paths.guards).items()}
     metrics["baseline"] = read_json(paths.baseline)

@@ -53,7 +53,7 @@ def predict_proba(model: nn.Module, input_ids: list[list[int]], batch_size: int,
     model.eval()
     collate = Collator(pad_id)
     lengths = [len(s) for s in input_ids]
-    out = [None] * len(input_ids)
+    out: list = [None] * len(input_ids)  # (C,) rows, filled batch by batch
     for idx in sorted_batches(lengths, batch_size):
         batch = collate([(input_ids[i], -1) for i in idx])
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=mixed == "bf16"):

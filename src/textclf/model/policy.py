@@ -59,7 +59,7 @@ def apply_policy(model: nn.Module, cfg: TrainParams, unused: set[str]) -> dict[s
 def param_groups(model: nn.Module, cfg: TrainParams) -> list[dict]:
     """encoder/head x decay/no-decay. Biases and LayerNorm weights (1-D) get no decay."""
     encoder = encoder_param_names(model)
-    groups = {}
+    groups: dict[str, dict] = {}
     for name, p in model.named_parameters():
         if not p.requires_grad:
             continue

@@ -49,6 +49,9 @@ class Figure:
     png: bytes
 
 
+Block = Heading | Para | Alert | Table | Figure  # what a report is a list of
+
+
 def _inline_html(text: str) -> str:
     text = re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", html.escape(text))
     return re.sub(r"`(.+?)`", r"<code>\1</code>", text)
@@ -58,7 +61,7 @@ def _md_cell(value) -> str:
     return " ".join(str(value).split()).replace("|", "\\|")
 
 
-def to_markdown(blocks: list) -> str:
+def to_markdown(blocks: list[Block]) -> str:
     out = []
     for b in blocks:
         if isinstance(b, Heading):
@@ -82,7 +85,7 @@ def _status_cell(value) -> str:
     return text
 
 
-def to_html(blocks: list, title: str) -> str:
+def to_html(blocks: list[Block], title: str) -> str:
     out = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
            f"<style>{CSS}</style></head><body>"]
     for b in blocks:

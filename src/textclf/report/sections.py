@@ -3,6 +3,8 @@
 near-duplicates, mistakes, calibration, params and lineage."""
 from __future__ import annotations
 
+from typing import Sequence
+
 import pandas as pd
 
 from textclf.config import flatten
@@ -10,21 +12,22 @@ from textclf.evaluate.comparison import WORSE
 from textclf.evaluate.comparison import headline as verdict_line
 from textclf.evaluate.metrics import calibration, metric_names
 from textclf.report import figures
-from textclf.report.document import Alert, Figure, Heading, Para, Table
+from textclf.report.document import Alert, Block, Figure, Heading, Para, Table
 from textclf.severity import ALARM, WARNING, with_severity
 
 MISTAKES = 20
 SNIPPET = 160  # characters of text shown per mistake
 
 
-def headline(metrics: dict, collapsed_epochs: list[int] = ()) -> list:
+def headline(metrics: dict, collapsed_epochs: Sequence[int] = ()) -> list[Block]:
     """Accuracy, macro-F1, the verdict against the TF-IDF baseline and every guard, at a glance."""
     base, gap = metrics["baseline"], metrics["gap"]
-    blocks = [Para(f"**Test accuracy {metrics['accuracy']:.4f}, macro-F1 {metrics['macro_f1']:.4f}** "
-                   f"— TF-IDF baseline {base['accuracy']:.4f} / {base['macro_f1']:.4f}, "
-                   f"gap {gap['accuracy']:+.4f} / {gap['macro_f1']:+.4f}; "
-                   f"expected calibration error {metrics['ece']:.4f}."),
-              Para(verdict_line(metrics["comparison"]))]
+    blocks: list[Block] = [
+        Para(f"**Test accuracy {metrics['accuracy']:.4f}, macro-F1 {metrics['macro_f1']:.4f}** "
+             f"— TF-IDF baseline {base['accuracy']:.4f} / {base['macro_f1']:.4f}, "
+             f"gap {gap['accuracy']:+.4f} / {gap['macro_f1']:+.4f}; "
+             f"expected calibration error {metrics['ece']:.4f}."),
+        Para(verdict_line(metrics["comparison"]))]
     if metrics["comparison"]["verdict"] == WORSE:
         blocks.append(Alert("the fine-tuned model is significantly worse than the TF-IDF baseline."))
     if metrics.get("registry"):
@@ -44,10 +47,10 @@ def headline(metrics: dict, collapsed_epochs: list[int] = ()) -> list:
     return blocks + [Table(["guard", "status"], [[n, s] for n, s in metrics["guards"].items()])]
 
 
-def baseline_section(metrics: dict) -> list:
+def baseline_section(metrics: dict) -> list[Block]:
     """Model and baseline side by side: per-class accuracy, the paired counts, the ensemble."""
     cmp, per_class = metrics["comparison"], metrics["per_class_accuracy"]
-    blocks = [Heading("Model versus the TF-IDF baseline"),
+    blocks: list[Block] = [Heading("Model versus the TF-IDF baseline"),
               Para(f"Paired on the same {metrics['n_test']} test documents: both right "
                    f"{cmp['both_right']}, only the model {cmp['model_only']}, only the baseline "
                    f"{cmp['baseline_only']}, both wrong {cmp['both_wrong']}. Exact McNemar p = "
@@ -64,7 +67,7 @@ def baseline_section(metrics: dict) -> list:
     return blocks
 
 
-def near_duplicates_section(nd: dict) -> list:
+def near_duplicates_section(nd: dict) -> list[Block]:
     """What ingest grouped as near-duplicates (kept together by the split), with its top pairs."""
     if not nd["enabled"]:
         return [Para("Near-duplicate detection is off (`ingest.near_duplicates.enabled`): the "
@@ -81,7 +84,7 @@ def near_duplicates_section(nd: dict) -> list:
                   [[p["a"], p["b"], f"{p['jaccard']:.4f}"] for p in nd["top_pairs"]])]
 
 
-def data_section(ingest: dict, tokens: dict, counts: dict, histogram: pd.DataFrame) -> list:
+def data_section(ingest: dict, tokens: dict, counts: dict, histogram: pd.DataFrame) -> list[Block]:
     skipped = ", ".join(f"{k} {v}" for k, v in ingest["skipped"].items()) or "none"
     fallback = sum(n for enc, n in ingest["encodings"].items() if enc not in ("utf-8", "utf-16"))
     return [
@@ -100,7 +103,7 @@ def data_section(ingest: dict, tokens: dict, counts: dict, histogram: pd.DataFra
         Figure("token lengths", figures.token_lengths(histogram, tokens["max_length"]))]
 
 
-def results_section(curve: pd.DataFrame, metrics: dict) -> list:
+def results_section(curve: pd.DataFrame, metrics: dict) -> list[Block]:
     labels = list(metrics["per_class"])
     names = metric_names(labels)
     return [
@@ -124,18 +127,18 @@ def results_section(curve: pd.DataFrame, metrics: dict) -> list:
         Table([""] + labels, [[a] + [metrics["confusion"][a][p] for p in labels] for a in labels])]
 
 
-def mistakes_section(predictions: pd.DataFrame, corpus: pd.DataFrame) -> list:
+def mistakes_section(predictions: pd.DataFrame, corpus: pd.DataFrame) -> list[Block]:
     wrong = predictions[~predictions["correct"]].nlargest(MISTAKES, "probability")
     wrong = wrong.merge(corpus[["doc_id", "text", "source_path"]], on="doc_id", how="left")
     rows = [[r.source_path, r.label, r.predicted, f"{r.probability:.3f}",
              " ".join(str(r.text).split())[:SNIPPET] + "…"] for r in wrong.itertuples()]
-    blocks = [Heading(f"Most confident mistakes (top {MISTAKES})")]
+    blocks: list[Block] = [Heading(f"Most confident mistakes (top {MISTAKES})")]
     if not rows:
         return blocks + [Para("No test document was misclassified.")]
     return blocks + [Table(["document", "true", "predicted", "probability", "text"], rows)]
 
 
-def calibration_section(predictions: pd.DataFrame) -> list:
+def calibration_section(predictions: pd.DataFrame) -> list[Block]:
     cal = calibration(predictions["probability"], predictions["correct"])
     return [Heading("Calibration"),
             Para(f"Expected calibration error **{cal['ece']:.4f}** over 10 confidence bins "
@@ -146,7 +149,7 @@ def calibration_section(predictions: pd.DataFrame) -> list:
                     f"{b['accuracy']:.3f}"] for b in cal["bins"]])]
 
 
-def lineage_section(model_params: dict, run: dict, hashes: dict) -> list:
+def lineage_section(model_params: dict, run: dict, hashes: dict) -> list[Block]:
     return [Heading("Params and lineage"),
             Table(["param", "value"], [[k, v] for k, v in flatten(model_params).items()]),
             Table(["lineage", "value"],
@@ -154,14 +157,15 @@ def lineage_section(model_params: dict, run: dict, hashes: dict) -> list:
                   + [[k, v] for k, v in hashes.items()])]
 
 
-def _comparison_blocks(cmp: dict) -> list:
+def _comparison_blocks(cmp: dict) -> list[Block]:
     """The gate's comparison with a champion tested on another data version."""
     left = cmp["left_out"]
-    blocks = [Para(f"The champion (version {cmp['champion_version']}) was tested on another data "
-                   f"version, so both were scored on this version's test documents it never saw: "
-                   f"{cmp['n']} of {left['challenger_test']} ({left['champion_trained_on']} left out as "
-                   f"trained or validated on, {left['near_duplicate_of_champion_training']} as "
-                   f"near-duplicates of those). Gate `{cmp['rule']}`: {cmp['reason']}.")]
+    blocks: list[Block] = [
+        Para(f"The champion (version {cmp['champion_version']}) was tested on another data version, "
+             f"so both were scored on this version's test documents it never saw: {cmp['n']} of "
+             f"{left['challenger_test']} ({left['champion_trained_on']} left out as trained or "
+             f"validated on, {left['near_duplicate_of_champion_training']} as near-duplicates of "
+             f"those). Gate `{cmp['rule']}`: {cmp['reason']}.")]
     if cmp["n"]:
         blocks.append(Table(["model", "accuracy", "macro-F1"],
                             [[who, f"{cmp[who]['accuracy']:.4f}", f"{cmp[who]['macro_f1']:.4f}"]
@@ -169,9 +173,9 @@ def _comparison_blocks(cmp: dict) -> list:
     return blocks
 
 
-def data_version_section(diff: dict, registry: dict | None, counts: dict) -> list:
+def data_version_section(diff: dict, registry: dict | None, counts: dict) -> list[Block]:
     """What changed since the champion's data, how the champion was compared, its last moves."""
-    blocks = [Heading("Data version")]
+    blocks: list[Block] = [Heading("Data version")]
     repairs = counts.get("repairs") or []
     if repairs:
         blocks.append(Para(f"Split (`{counts.get('method')}`): {len(repairs)} near-duplicate group(s) moved "

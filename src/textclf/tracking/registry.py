@@ -119,7 +119,8 @@ def settle_champion(client: MlflowClient, name: str, test_split: str) -> dict | 
         if best is None:
             return None
         conflict_safe(client.set_registered_model_alias, name, CHAMPION, best["version"])
-        if best_version(_versions(client, name), test_split)["version"] == best["version"]:
+        again = best_version(_versions(client, name), test_split)
+        if again is not None and again["version"] == best["version"]:
             return best
     raise RuntimeError(f"the champion of {name} did not settle in {MAX_ROUNDS} rounds: versions "
                        "keep arriving; run the evaluate again when they stop.")
@@ -137,6 +138,8 @@ def why(version: dict, best: dict | None, champion: dict | None, test_split: str
                 f"macro-F1 on different documents does not compare. {by_hand}")
     if alarms(version):
         return f"guard alarms: {', '.join(alarms(version))}"
+    if best is None:
+        return "no eligible version on this test split"
     f1 = float(version["test_macro_f1"])
     if best["version"] == version["version"]:
         return f"test macro-F1 {f1:.4f}: the best of the eligible versions on this test split"

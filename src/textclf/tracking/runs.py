@@ -11,6 +11,7 @@ import os
 import socket
 import subprocess
 import time
+from collections.abc import Set
 from pathlib import Path
 
 import mlflow
@@ -233,7 +234,7 @@ def lineage_tags() -> dict[str, str]:
     return tags
 
 
-def lock_hashes(lock: dict, running: str, datasets: set[str] = frozenset()) -> dict[str, str]:
+def lock_hashes(lock: dict, running: str, datasets: Set[str] = frozenset()) -> dict[str, str]:
     """dvc.lock -> the lineage table of the report: the md5 of every stage output
     (`dvc.out.<path>`) but those shown as datasets, and of each stage's params
     (`dvc.params.<stage>`). The `running` stage's entry is skipped: DVC rewrites it only
