@@ -15,6 +15,7 @@ from __future__ import annotations
 import sys
 
 from textclf.io import run_stage, setup_logging, stage_parser
+from textclf.train.paths import TrainPaths
 from textclf.train.run import run
 
 
@@ -27,12 +28,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--guards", required=True, help="output JSON: guard results")
     parser.add_argument("--movement", required=True, help="output CSV: relative weight change per layer")
     parser.add_argument("--run-file", required=True, help="output JSON naming the MLflow run")
-    parser.add_argument("--lock", default="dvc.lock", help="dvc.lock, logged to the run as its lineage")
-    parser.add_argument("--checkpoint-dir", default="models/checkpoint",
+    parser.add_argument("--lock", default=TrainPaths.lock, help="dvc.lock, logged to the run as its lineage")
+    parser.add_argument("--checkpoint-dir", default=TrainPaths.checkpoint_dir,
                         help="training checkpoints, to resume an interrupted training")
-    args = parser.parse_args(argv)
+    paths = TrainPaths(**vars(parser.parse_args(argv)))
     setup_logging()
-    run(args, sys.argv[1:] if argv is None else argv)
+    run(paths, sys.argv[1:] if argv is None else argv)
 
 
 if __name__ == "__main__":

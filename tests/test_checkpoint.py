@@ -15,6 +15,7 @@ from torch import nn
 from textclf.io import read_json
 from textclf.io import write_json
 from textclf.train.checkpoint import MANIFEST, STATE, TENSORS, Checkpointer, Progress, damage, manifest
+from textclf.train.loop import EpochSelector
 
 KEY = "k1"
 
@@ -121,6 +122,26 @@ def test_with_no_complete_checkpoint_training_starts_over(saved, tmp_path, caplo
 def test_another_key_discards_every_checkpoint(saved, tmp_path):
     folder = shutil.copytree(saved, tmp_path / "ckpt")
     assert Checkpointer(folder, "other params").find() is None and not folder.exists()
+
+
+def test_the_epoch_selector_resumes_with_the_best_epochs_weights(tmp_path):
+    """select: best keeps epoch 1's weights while epoch 2 trains on: a resume gets both its
+    bookkeeping (JSON) and those weights (safetensors) back."""
+    accelerator, model, _ = prepared_linear()
+    selector, ckpt = EpochSelector("best", patience=2), Checkpointer(tmp_path / "ckpt", KEY)
+    ckpt.attach(selector=selector)
+    selector.update({"epoch": 1, "val_macro_f1": 0.8, "val_loss": 0.5}, model)
+    with torch.no_grad():
+        model.weight.add_(1.0)
+    selector.update({"epoch": 2, "val_macro_f1": 0.6, "val_loss": 0.9}, model)
+    ckpt.save(accelerator, Progress(2, 0, 0.0))
+    resumed, found = EpochSelector("best", patience=2), Checkpointer(tmp_path / "ckpt", KEY)
+    assert found.find().epoch == 2
+    found.attach(selector=resumed)
+    assert {k: v for k, v in resumed.state_dict().items() if k != "weights"} == {
+        k: v for k, v in selector.state_dict().items() if k != "weights"}
+    assert resumed.kept_epoch == 1 and resumed.weights.keys() == selector.weights.keys()
+    assert all(torch.equal(resumed.weights[k], selector.weights[k]) for k in selector.weights)
 
 
 def test_a_checkpoint_of_the_older_format_is_discarded_in_one_line(saved, tmp_path, caplog):

@@ -10,6 +10,7 @@ from textclf.config import ModelParams, TextCNNParams, TrainParams
 from textclf.model.modeling import build_model, encoder_param_names, load_tokenizer
 from textclf.model.policy import apply_policy, find_unused, make_optimizer, param_groups
 from textclf.train.loop import fit, make_accelerator
+from textclf.train.records import GuardBook, NoTracking
 
 from conftest import REPO
 
@@ -120,6 +121,28 @@ def test_freeze_and_last_k_policies(data):
     assert any("pooler" in n for n in trainable)
     with pytest.raises(ValueError, match="trainable_layers=9"):
         apply_policy(model, TrainParams(encoder="last_k", trainable_layers=9), unused)
+
+
+class MainTracker(NoTracking):
+    """Rank 0's tracker, as GuardBook sees it: it records; the tags it is given are kept."""
+    main = True
+
+    def __init__(self):
+        self.tags = {}
+
+    def set_tag(self, key, value):
+        self.tags[key] = value
+
+
+def test_the_guard_book_writes_on_the_main_tracker_only(tmp_path):
+    """Every rank runs the guards; rank 0 (tracker.main) alone writes guards.json and tags."""
+    other = GuardBook(str(tmp_path / "other.json"), NoTracking())
+    main = GuardBook(str(tmp_path / "g.json"), MainTracker())
+    for book in (other, main):
+        book.check("lr_sanity", guards.lr_sanity, "freeze", 1e-3)
+    assert other.results == main.results and not (tmp_path / "other.json").exists()
+    assert main.tracker.tags == {"guard.lr_sanity": "pass"}
+    assert (tmp_path / "g.json").read_text().count('"status": "pass"') == 1
 
 
 def test_lr_sanity():

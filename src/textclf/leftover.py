@@ -20,32 +20,24 @@ from pathlib import Path
 from textclf.config import load_params
 from textclf.io import read_json, run_stage, setup_logging
 from textclf.train.checkpoint import LATEST
-from textclf.train.launch import stage_inputs
+from textclf.train.paths import TrainInputs, stage_inputs
 
 log = logging.getLogger(__name__)
 
 
-def train_arguments(dvc_yaml: str) -> argparse.Namespace:
-    """The train stage's params, inputs and checkpoint folder, as dvc.yaml gives them."""
-    given = stage_inputs(dvc_yaml, ("--tokens", "--splits", "--params", "--checkpoint-dir"))
-    return argparse.Namespace(tokens=given["--tokens"], splits=given["--splits"],
-                              params=given.get("--params", "params.yaml"),  # the stage's defaults
-                              checkpoint_dir=given.get("--checkpoint-dir", "models/checkpoint"))
-
-
-def remove_if_current(args: argparse.Namespace) -> bool:
+def remove_if_current(inputs: TrainInputs) -> bool:
     """Remove the checkpoint folder if its key is the current params' and data's -> removed?"""
     from textclf.train.run import checkpoint_key  # torch: only when there is a checkpoint
-    latest, params = Path(args.checkpoint_dir) / LATEST, load_params(args.params)
+    latest, params = Path(inputs.checkpoint_dir) / LATEST, load_params(inputs.params)
     if not latest.is_file() or params.train.keep_checkpoint:  # kept on purpose
         return False
-    if read_json(latest).get("key") != checkpoint_key(params, args):
+    if read_json(latest).get("key") != checkpoint_key(params, inputs):
         log.info("kept %s: made with other params or data; it resumes if they come back",
-                 args.checkpoint_dir)
+                 inputs.checkpoint_dir)
         return False
-    shutil.rmtree(args.checkpoint_dir)
+    shutil.rmtree(inputs.checkpoint_dir)
     log.info("removed %s: the train stage is up to date with its params and data (DVC restored "
-             "the result from its run-cache), so nothing will resume it", args.checkpoint_dir)
+             "the result from its run-cache), so nothing will resume it", inputs.checkpoint_dir)
     return True
 
 
@@ -53,7 +45,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dvc-yaml", default="dvc.yaml")
     setup_logging()
-    remove_if_current(train_arguments(parser.parse_args(argv).dvc_yaml))
+    remove_if_current(stage_inputs(parser.parse_args(argv).dvc_yaml))
 
 
 if __name__ == "__main__":

@@ -37,8 +37,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save_file
 
 from textclf.io import UserError, file_md5, interrupt_pending, raise_if_interrupted, read_json, write_json
 
@@ -171,7 +171,10 @@ class Checkpointer:
         """Save each object's state with every checkpoint, under its name; when find() found a
         checkpoint, load that checkpoint's state into each now (every rank)."""
         if self.found is not None:
-            tensors = load_file(str(self.found / TENSORS)) if (self.found / TENSORS).is_file() else {}
+            tensors = {}  # only these objects': a selector's weights are the model's size
+            if (self.found / TENSORS).is_file():
+                with safe_open(str(self.found / TENSORS), framework="pt") as file:
+                    tensors = {k: file.get_tensor(k) for k in file.keys() if k.split("/", 1)[0] in states}
             saved = join_states(read_json(self.found / STATE)["states"], tensors)
             for name, obj in states.items():
                 obj.load_state_dict(saved[name])

@@ -82,7 +82,7 @@ def lr_sanity(encoder_policy: str, lr_encoder: float) -> tuple[str, str]:
     return "pass", f"lr_encoder={lr_encoder:g}"
 
 
-def collapse_check(pred: np.ndarray, y_true: np.ndarray, labels: list[str],
+def collapse_check(pred: np.ndarray, y_true: np.ndarray | list[int], labels: list[str],
                    collapse_share: float) -> dict:
     """Share of the most-predicted class and prediction entropy against the label prior."""
     n = len(labels)
@@ -144,7 +144,8 @@ def snapshot(model: nn.Module) -> dict[str, torch.Tensor]:
 def weight_movement(model: nn.Module, before: dict[str, torch.Tensor],
                     encoder_params: set[str]) -> list[dict]:
     """Per-layer relative change ||W - W0|| / ||W0||, encoder and head."""
-    diff, base = defaultdict(float), defaultdict(float)
+    diff: defaultdict[tuple[str, str], float] = defaultdict(float)
+    base: defaultdict[tuple[str, str], float] = defaultdict(float)
     for name, p in model.named_parameters():
         w0 = before[name]
         key = ("encoder" if name in encoder_params else "head", layer_of(name))

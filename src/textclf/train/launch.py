@@ -40,6 +40,7 @@ from textclf.config import load_params
 from textclf.io import (DEBUG_ENV, Interrupted, UserError, die_with_parent, expected, one_line, run_stage,
                         setup_logging)
 from textclf.model_source import resolve_model_name
+from textclf.train.paths import TrainInputs, TrainPaths, stage_inputs
 
 log = logging.getLogger(__name__)
 RDZV_FAILED = 75  # torchrun's exit status when the nodes never met (EX_TEMPFAIL)
@@ -206,17 +207,10 @@ def check_same_inputs(accelerator, key: str, processes: int) -> None:
                         "data/processed (compare md5sum data/processed/*.parquet params.yaml).")
 
 
-def stage_inputs(dvc_yaml: str | Path, flags: tuple[str, ...] = ("--tokens", "--splits")) -> dict[str, str]:
-    """The train stage's arguments `flags` that its command in dvc.yaml gives (each path is
-    written once, there)."""
-    words = shlex.split(yaml.safe_load(Path(dvc_yaml).read_text())["stages"]["train"]["cmd"])
-    return {flag: words[words.index(flag) + 1] for flag in flags if flag in words}
-
-
-def check_local_inputs(inputs: dict[str, str], model_name: str) -> None:
+def check_local_inputs(inputs: TrainInputs, model_name: str) -> None:
     """What this node must have before it joins: a worker that fails before the process group
     forms leaves the other nodes waiting for it (gloo's 30-minute default), not failing."""
-    for flag, path in inputs.items():
+    for flag, path in (("--tokens", inputs.tokens), ("--splits", inputs.splits)):
         if not Path(path).is_file():
             raise UserError(f"{path} ({flag}) is missing on this node: `dvc pull` it (node 0 pushed it "
                             "with `dvc push`), or run `dvc repro split` here, before joining.")
@@ -259,12 +253,13 @@ def join(argv: list[str] | None = None) -> None:
         if not 0 < args.node_rank < cfg.nodes:
             raise UserError(f"--node-rank {args.node_rank} must be in 1..{cfg.nodes - 1} for train.nodes="
                             f"{cfg.nodes} (node 0 is the train stage itself; set train.nodes with -S).")
-        named = stage_inputs(args.dvc_yaml)
-        check_local_inputs(named, loaded.model.name)
-        inputs = [w for flag, path in named.items() for w in (flag, path)]
-        outputs = [w for name in ("model-dir", "curve", "guards", "movement", "run-file", "checkpoint-dir")
-                   for w in (f"--{name}", str(folder / name))]
-        launched = launch("stages.train", ["--params", params, *inputs, *outputs], cfg, args.node_rank)
+        inputs = stage_inputs(args.dvc_yaml)
+        check_local_inputs(inputs, loaded.model.name)
+        node = TrainPaths(tokens=inputs.tokens, splits=inputs.splits, params=params,
+                          model_dir=str(folder / "model-dir"), curve=str(folder / "curve"),
+                          guards=str(folder / "guards"), movement=str(folder / "movement"),
+                          run_file=str(folder / "run-file"), checkpoint_dir=str(folder / "checkpoint-dir"))
+        launched = launch("stages.train", node.argv(), cfg, args.node_rank)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     if launched.rendezvous:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import math
 import os
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import numpy as np
 import torch
@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
 from textclf.model.batching import PAD_LABEL, Collator, LengthGroupedBatchSampler, RankShard, Split, TokenDataset
-from textclf.train.checkpoint import Progress
+from textclf.train.checkpoint import Checkpointer, Progress
 from textclf.config import TrainParams
 from textclf.evaluate.metrics import classification_scores
 from textclf.inference.proba import mixed_precision_here, predict_proba
@@ -72,9 +72,8 @@ def make_train_loader(train: Split, cfg: TrainParams, pad_id: int, rank: int = 0
     each global batch of train.batch_size: not for accelerator.prepare, which would shard again."""
     lengths = getattr(train.input_ids, "lengths", None)  # TokenIds: from the offsets alone
     lengths = [len(s) for s in train.input_ids] if lengths is None else lengths
-    sampler = LengthGroupedBatchSampler(lengths, cfg.batch_size, cfg.seed)
-    if world > 1:
-        sampler = RankShard(sampler, rank, world)
+    grouped = LengthGroupedBatchSampler(lengths, cfg.batch_size, cfg.seed)
+    sampler = RankShard(grouped, rank, world) if world > 1 else grouped
     return DataLoader(TokenDataset(train.input_ids, train.labels), batch_sampler=sampler,
                       collate_fn=Collator(pad_id), pin_memory=torch.cuda.is_available())
 
@@ -85,8 +84,8 @@ def make_scheduler(optimizer: torch.optim.Optimizer, total_steps: int,
         optimizer, lr_factor(total_steps, cfg.warmup_ratio, cfg.scheduler))
 
 
-def train_steps(model: nn.Module, optimizer: torch.optim.Optimizer, scheduler, loader,
-                cfg: TrainParams, accelerator: Accelerator, desc: str = "train",
+def train_steps(model: nn.Module, optimizer: torch.optim.Optimizer, scheduler, loader: DataLoader,
+                cfg: TrainParams, accelerator: Accelerator, *, desc: str = "train",
                 max_steps: int | None = None, first_step: int = 0, loss_start: float = 0.0,
                 on_step: Callable[[int, torch.Tensor], None] | None = None) -> tuple[torch.Tensor, int]:
     """One pass over the prepared `loader`, or its first `max_steps` batches (benchmarks
@@ -198,6 +197,8 @@ class EpochSelector:
     def restore(self, model: nn.Module) -> int:
         """Load the kept epoch's weights into `model` -> that epoch."""
         if self.kept_epoch != self.last_epoch:
+            if self.weights is None:  # select: best copies the weights of each better epoch
+                raise RuntimeError(f"epoch {self.best_epoch} is kept but its weights were not")
             model.load_state_dict(self.weights)
             log.info("keeping epoch %d (validation macro-F1 %.4f, loss %.4f), not the last epoch %d",
                      self.best_epoch, self.best_row["val_macro_f1"], self.best_row["val_loss"],
@@ -207,9 +208,8 @@ class EpochSelector:
 
 def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train: Split, val: Split,
         cfg: TrainParams, pad_id: int, accelerator: Accelerator,
-        on_epoch: Callable[[dict, np.ndarray], None], checkpointer=None,
-        selector: EpochSelector | None = None,
-        on_saved: Callable[[int], None] | None = None) -> nn.Module:
+        on_epoch: Callable[[dict, np.ndarray], None], *, checkpointer: Checkpointer | None = None,
+        selector: EpochSelector | None = None, on_saved: Callable[[int], object] | None = None) -> nn.Module:
     """Train `model`; after each epoch call on_epoch(row, validation probabilities) with
     row = {'epoch', 'train_loss', 'val_accuracy', 'val_macro_f1', 'val_loss'}, then save the
     checkpoint, then call on_saved(epoch): what goes to a tracking store goes there, so a
@@ -219,7 +219,7 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train: Split, val: S
     scores the whole validation split)."""
     selector = selector or EpochSelector()
     loader = make_train_loader(train, cfg, pad_id, accelerator.process_index, accelerator.num_processes)
-    sampler = loader.batch_sampler
+    sampler = cast("LengthGroupedBatchSampler | RankShard", loader.batch_sampler)  # make_train_loader's
     total = cfg.epochs * len(loader) if cfg.max_steps == 0 else min(cfg.max_steps, cfg.epochs * len(loader))
     scheduler = make_scheduler(optimizer, total, cfg)  # the schedule ends where training does
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)

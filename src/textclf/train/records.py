@@ -82,13 +82,14 @@ def store_reason(err: BaseException) -> str:
     """A store failure's cause in a few words: the database driver's message (SQLAlchemy's own
     first line may be an autoflush note), an OSError's, the errno text of a refused
     connection, else the first line."""
-    cause = err
+    cause: BaseException | None = err
     for _ in range(10):  # the chain MLflow and SQLAlchemy wrap the driver's error in
-        if getattr(cause, "orig", None) is not None:
-            return str(cause.orig).strip().splitlines()[0]
-        cause = cause.__cause__ or cause.__context__
         if cause is None:
             break
+        orig = getattr(cause, "orig", None)
+        if orig is not None:
+            return str(orig).strip().splitlines()[0]
+        cause = cause.__cause__ or cause.__context__
     if isinstance(err, OSError) and err.strerror:
         return f"{err.strerror}: {err.filename}" if err.filename else err.strerror
     text = str(getattr(err, "message", "") or err).strip()

@@ -12,28 +12,35 @@ import logging
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import mlflow
 import pandas as pd
 import torch
+from accelerate import Accelerator
 from accelerate.utils import set_seed
+from torch import nn
 
-from textclf.config import Params, changed_since, flatten, load_params
+from textclf.config import Params, TrainParams, changed_since, flatten, load_params
 from textclf.inference.serving import log_pyfunc
 from textclf.io import UserError, atomic_path, deferred_interrupts, write_csv, write_json
-from textclf.model.batching import Collator, read_token_splits
+from textclf.model.batching import Collator, Split, read_token_splits
 from textclf.model.modeling import build_model, encoder_param_names, load_tokenizer, pad_id, save_model
 from textclf.model.policy import apply_policy, describe_groups, find_unused, make_optimizer, param_groups
 from textclf.tracking.runs import (fail_launched_runs, lineage_tags, log_datasets, mark_resumed, process_tags,
                                    run_exists, run_name, sweep_stale_runs, tracking_uri, use_experiment)
 from textclf.tracking.store import check_store
 from textclf.train import guards
-from textclf.train.checkpoint import Checkpointer, Progress, training_key
+from textclf.train.checkpoint import Checkpointer, training_key
 from textclf.train.launch import (RDZV_FAILED, check_same_inputs, failures_to_launcher, forbid_tracking, is_worker,
                                   launch, rank)
 from textclf.train.loop import EpochSelector, fit, make_accelerator
-from textclf.train.records import EpochLogger, GuardBook, NoTracking, RunLog
+from textclf.train.paths import TrainInputs, TrainPaths
+from textclf.train.records import EpochLogger, GuardBook, NoTracking, RunLog, Tracker
+
+if TYPE_CHECKING:
+    from mlflow import ActiveRun
+    from transformers import PreTrainedTokenizerBase
 
 log = logging.getLogger("train")
 # what train reads, logged to its run and saved in the model's params.json (predict reads
@@ -41,11 +48,37 @@ log = logging.getLogger("train")
 LOGGED_SECTIONS = ("tokenize", "model", "train")
 
 
-def prepare(params, splits, labels, pad_id, book: GuardBook):
+@dataclass(frozen=True)
+class Training:
+    """What one training holds, on every rank: its paths, params and data, the tokenizer, and
+    what its steps share: the accelerator, the checkpointer (with the checkpoint it found to
+    resume) and the tracker (rank 0's RunLog, NoTracking on the others)."""
+    paths: TrainPaths
+    params: Params
+    splits: dict[str, Split]
+    labels: list[str]
+    tokenizer: PreTrainedTokenizerBase
+    accelerator: Accelerator
+    checkpointer: Checkpointer
+    tracker: Tracker
+
+
+@dataclass(frozen=True)
+class Trained:
+    """What a training leaves for rank 0 to judge, save and upload."""
+    model: nn.Module  # the kept epoch's weights
+    before: dict[str, torch.Tensor]  # the initial weights
+    encoder: set[str]  # the encoder's parameter names
+    selector: EpochSelector
+    curve: EpochLogger
+    book: GuardBook
+
+
+def prepare(job: Training, book: GuardBook) -> tuple[nn.Module, torch.optim.Optimizer, set[str]]:
     """Build the model, audit it, apply the encoder policy, build and check the optimizer."""
-    cfg, model_cfg = params.train, params.model
-    model, new = build_model(model_cfg, labels)
-    probe = Collator(pad_id)([(ids, -1) for ids in splits["train"].input_ids[:2]])
+    cfg, model_cfg = job.params.train, job.params.model
+    model, new = build_model(model_cfg, job.labels)
+    probe = Collator(pad_id(job.tokenizer))([(ids, -1) for ids in job.splits["train"].input_ids[:2]])
     unused = find_unused(model, probe["input_ids"], probe["attention_mask"])
     encoder = encoder_param_names(model)
     book.check("load_audit", guards.load_audit, new, encoder, unused, model_cfg.allow_random_init)
@@ -62,20 +95,20 @@ def prepare(params, splits, labels, pad_id, book: GuardBook):
     return model, optimizer, encoder
 
 
-def example_texts(tokenizer, split, n: int = 2, words: int = 40) -> list[str]:
+def example_texts(tokenizer: PreTrainedTokenizerBase, split: Split, n: int = 2, words: int = 40) -> list[str]:
     """The pyfunc's input example: the start of a few validation documents, decoded."""
-    texts = [tokenizer.decode(ids, skip_special_tokens=True) for ids in split.input_ids[:n]]
+    texts = [str(tokenizer.decode(ids, skip_special_tokens=True)) for ids in split.input_ids[:n]]
     return [" ".join(t.split()[:words]) for t in texts]
 
 
-def checkpoint_key(params: Params, args) -> str:
+def checkpoint_key(params: Params, inputs: TrainInputs) -> str:
     """What shapes training: model and train params (not the checkpoint settings), and the
     bytes of the tokens and splits."""
     train = {k: v for k, v in dataclasses.asdict(params.train).items()
              if k not in ("checkpoint_every", "keep_checkpoint", "rdzv_endpoint", "rdzv_timeout")}
     # processes and nodes stay: RNG files per rank
     return training_key({"model": dataclasses.asdict(params.model), "train": train},
-                        {"tokens": args.tokens, "splits": args.splits})
+                        {"tokens": inputs.tokens, "splits": inputs.splits})
 
 
 def check_params_kept(path: str, params: Params) -> None:
@@ -100,7 +133,17 @@ class RunRef:
         self.run_id = state["run_id"]
 
 
-def open_run(exp_id: str, run_id: str | None):
+def open_store() -> tuple[str, str]:
+    """Rank 0, before any training: the store checked (one clear line), the experiment, its
+    stale runs swept -> (tracking URI, experiment id)."""
+    uri = tracking_uri()
+    check_store(uri)
+    exp_id = use_experiment(uri)
+    sweep_stale_runs(exp_id)
+    return uri, exp_id
+
+
+def open_run(exp_id: str, run_id: str | None) -> tuple[ActiveRun, bool]:
     """A new run, or the checkpoint's run (`run_id`), reopened -> (active run, reopened?)."""
     if run_id and run_exists(run_id):
         mark_resumed(run_id)
@@ -111,76 +154,80 @@ def open_run(exp_id: str, run_id: str | None):
     return mlflow.start_run(experiment_id=exp_id, run_name=run_name()), False
 
 
-def start_logging(args, logged: dict, tracker, active, reopened: bool) -> None:
+def start_logging(job: Training, active: ActiveRun, reopened: bool) -> None:
     """A new run's params and lineage (the data as datasets, dvc.lock as it stands); the
     process tags, for any run."""
     if not reopened:
-        tracker.log_params(flatten(logged))
-    tracker.set_tags({**lineage_tags(), **process_tags()})
-    if active is not None and not reopened:
-        log_datasets(active.info.run_id, {"tokens": args.tokens, "splits": args.splits}, "training")
-        if Path(args.lock).is_file():
-            mlflow.log_artifact(args.lock)
+        job.tracker.log_params(flatten(job.params.sections(LOGGED_SECTIONS)))
+    job.tracker.set_tags({**lineage_tags(), **process_tags()})
+    if not reopened:
+        log_datasets(active.info.run_id, {"tokens": job.paths.tokens, "splits": job.paths.splits}, "training")
+        if Path(job.paths.lock).is_file():
+            mlflow.log_artifact(job.paths.lock)
 
 
-def train_and_save(args, params, splits, labels, tokenizer, accelerator, ckpt: Checkpointer,
-                   resume: Progress | None, reopened: bool, tracker) -> None:
-    """Train, write every local output, then upload. `tracker`: rank 0's RunLog (NoTracking
-    on the other ranks), where metrics and tags wait until the store takes them."""
-    cfg, active = params.train, mlflow.active_run()
-    logged = params.sections(LOGGED_SECTIONS)
-    start_logging(args, logged, tracker, active, reopened)
-    book = GuardBook(args.guards, tracker)
-    curve = EpochLogger(args.curve, splits["validation"].labels, labels, cfg, book)
+def train(job: Training) -> Trained:
+    """This rank's training, with its guards and checkpoints. The tracker queues metrics and
+    tags until the store takes them."""
+    cfg, tracker = job.params.train, job.tracker
+    book = GuardBook(job.paths.guards, tracker)
+    curve = EpochLogger(job.paths.curve, job.splits["validation"].labels, job.labels, cfg, book)
     selector = EpochSelector(cfg.select, cfg.patience, cfg.select_metric)
-    ckpt.attach(guards=book, curve=curve, selector=selector)  # resumed: each loads its state
+    job.checkpointer.attach(guards=book, curve=curve, selector=selector)  # resumed: each loads its state
     for row in curve.rows:  # resumed: the run gets the checkpoint's epochs it lacks (RunLog
         # reads its history), whether a kill, a full disk or a failing store kept them back
         tracker.log_metrics({k: v for k, v in row.items() if k != "epoch"}, step=row["epoch"])
     tracker.flush()  # now: the stale-run sweep finds a killed run by its process tags
-    model, optimizer, encoder = prepare(params, splits, labels, pad_id(tokenizer), book)
+    model, optimizer, encoder = prepare(job, book)
     tracker.flush()  # the guards' tags
     before = guards.snapshot(model)  # the seeded initial weights, rebuilt the same on resume
     with deferred_interrupts():  # SIGINT/SIGTERM: checkpoint at the next step, then stop
-        model = fit(model, optimizer, splits["train"], splits["validation"], cfg, pad_id(tokenizer),
-                    accelerator, curve, ckpt, selector, on_saved=lambda epoch: tracker.flush())
-    if not accelerator.is_main_process:
-        return
+        model = fit(model, optimizer, job.splits["train"], job.splits["validation"], cfg,
+                    pad_id=pad_id(job.tokenizer), accelerator=job.accelerator, on_epoch=curve,
+                    checkpointer=job.checkpointer, selector=selector, on_saved=lambda epoch: tracker.flush())
+    return Trained(model=model, before=before, encoder=encoder, selector=selector, curve=curve, book=book)
+
+
+def save_and_upload(job: Training, trained: Trained, tracker: RunLog, active: ActiveRun) -> None:
+    """Rank 0: judge the kept model, write every local output, then upload (`tracker`: the
+    job's, rank 0's RunLog)."""
+    paths, selector, model = job.paths, trained.selector, trained.model
     # every local output first: a store that fails afterwards costs none of them
     tracker.log_metrics({"kept_epoch": selector.kept_epoch, "epochs_trained": selector.last_epoch})
-    curve.judge(selector.kept_epoch, final=True)  # the guards judge the model that is kept
-    write_csv(pd.DataFrame(guards.weight_movement(model, before, encoder)), args.movement)
-    book.check("weight_movement", guards.movement_check, model, before, encoder, cfg)
-    with atomic_path(args.model_dir, folder=True) as tmp:  # a kill mid-save leaves no half model
-        save_model(model, tmp, tokenizer, logged)
-    model_uri = upload(args, tracker, example_texts(tokenizer, splits["validation"]))
-    write_json(args.run_file, {"run_id": active.info.run_id, "experiment_id": active.info.experiment_id,
-                               "tracking_uri": mlflow.get_tracking_uri(),
-                               "model_uri": model_uri, "kept_epoch": selector.kept_epoch,
-                               "epochs_trained": selector.last_epoch})
+    trained.curve.judge(selector.kept_epoch, final=True)  # the guards judge the model that is kept
+    write_csv(pd.DataFrame(guards.weight_movement(model, trained.before, trained.encoder)), paths.movement)
+    trained.book.check("weight_movement", guards.movement_check, model, trained.before, trained.encoder,
+                       job.params.train)
+    with atomic_path(paths.model_dir, folder=True) as tmp:  # a kill mid-save leaves no half model
+        save_model(model, tmp, job.tokenizer, job.params.sections(LOGGED_SECTIONS))
+    model_uri = upload(paths, tracker, example_texts(job.tokenizer, job.splits["validation"]))
+    write_json(paths.run_file, {"run_id": active.info.run_id, "experiment_id": active.info.experiment_id,
+                                "tracking_uri": mlflow.get_tracking_uri(),
+                                "model_uri": model_uri, "kept_epoch": selector.kept_epoch,
+                                "epochs_trained": selector.last_epoch})
 
 
-def upload(args, tracker: RunLog, examples: list[str]) -> str:
+def upload(paths: TrainPaths, tracker: RunLog, examples: list[str]) -> str:
     """The queued metrics and tags, the weight change and the model into the store -> the
     model's URI. A store that fails stops the stage in one line (store_gone)."""
     try:
         if tracker.flush():
-            tracker.log_artifact(args.movement)
-            return log_pyfunc(args.model_dir, examples).model_uri
+            tracker.log_artifact(paths.movement)
+            return log_pyfunc(paths.model_dir, examples).model_uri
     except Exception as err:
         if not tracker.failed(err, warn=False):
             raise
-    raise store_gone(args, tracker)
+    raise store_gone(paths, tracker)
 
 
-def store_gone(args, tracker: RunLog) -> UserError:
-    return UserError(f"training finished and its outputs are written ({args.model_dir}, {args.curve}, "
-                     f"{args.guards}, {args.movement}), but the MLflow tracking store {tracker.uri} "
+def store_gone(paths: TrainPaths, tracker: RunLog) -> UserError:
+    return UserError(f"training finished and its outputs are written ({paths.model_dir}, {paths.curve}, "
+                     f"{paths.guards}, {paths.movement}), but the MLflow tracking store {tracker.uri} "
                      f"failed ({tracker.failure}): once it works, rerun the stage (dvc repro) to "
                      f"complete run {tracker.run_id} from the final checkpoint, without training again.")
 
 
-def launch_processes(cfg, argv: list[str]) -> None:
+def launch_processes(cfg: TrainParams, argv: list[str]) -> None:
     """train.processes or train.nodes > 1: rerun this stage under torchrun (as node 0), then
     check how it ended."""
     uri = tracking_uri()
@@ -200,30 +247,26 @@ def launch_processes(cfg, argv: list[str]) -> None:
                         f"{what} failed (torchrun exit {launched.rc}); the failing rank's error is logged above.")
 
 
-def run(args, argv: list[str]) -> None:
-    """The stage, from its parsed arguments; `argv` relaunches it under torchrun."""
-    params = load_params(args.params)
+def run(paths: TrainPaths, argv: list[str]) -> None:
+    """The stage, from its paths; `argv` (its arguments) relaunches it under torchrun."""
+    params = load_params(paths.params)
     cfg = params.train
     if cfg.processes * cfg.nodes > 1 and not is_worker():
         return launch_processes(cfg, argv)
     with failures_to_launcher() if is_worker() else nullcontext():
-        train_rank(args, params)
+        train_rank(paths, params)
 
 
-def train_rank(args, params: Params) -> None:
+def train_rank(paths: TrainPaths, params: Params) -> None:
     """This process's share: rank 0 opens, logs and ends the run; the other ranks train alongside."""
     cfg = params.train
     main_rank = rank() == 0
-    if main_rank:
-        uri = tracking_uri()
-        check_store(uri)  # one clear line, before any training
-        exp_id = use_experiment(uri)
-        sweep_stale_runs(exp_id)
-    else:
+    store = open_store() if main_rank else None  # one clear line, before any training
+    if store is None:
         forbid_tracking()
-    splits, labels = read_token_splits(args.tokens, args.splits, names=("train", "validation"))
+    splits, labels = read_token_splits(paths.tokens, paths.splits, names=("train", "validation"))
     tokenizer = load_tokenizer(params.model.name)
-    ckpt = Checkpointer(args.checkpoint_dir, checkpoint_key(params, args), cfg.checkpoint_every,
+    ckpt = Checkpointer(paths.checkpoint_dir, checkpoint_key(params, paths), cfg.checkpoint_every,
                         main=main_rank)
     resume = ckpt.find() if cfg.nodes == 1 else None  # the other nodes have no checkpoint to resume
     run_ref = RunRef()
@@ -231,17 +274,26 @@ def train_rank(args, params: Params) -> None:
     set_seed(cfg.seed)  # before the head is initialised
     accelerator = make_accelerator(cfg.precision)
     check_same_inputs(accelerator, ckpt.key, cfg.processes)
-    if not main_rank:
-        return train_and_save(args, params, splits, labels, tokenizer, accelerator, ckpt, resume, False,
-                              NoTracking())
+    job = Training(paths=paths, params=params, splits=splits, labels=labels, tokenizer=tokenizer,
+                   accelerator=accelerator, checkpointer=ckpt, tracker=NoTracking())
+    if store is None:
+        train(job)
+        return
+    uri, exp_id = store
     active, reopened = open_run(exp_id, run_ref.run_id)
     run_ref.run_id = active.info.run_id
     tracker = RunLog(active.info.run_id, uri, resumed=resume is not None)
-    log.info("MLflow run %s on %s%s", active.info.run_id, accelerator.device,
-             " (resumed)" if reopened else "")
+    log.info("MLflow run %s on %s%s", active.info.run_id, accelerator.device, " (resumed)" if reopened else "")
+    track_and_train(dataclasses.replace(job, tracker=tracker), tracker, active, reopened)
+
+
+def track_and_train(job: Training, tracker: RunLog, active: ActiveRun, reopened: bool) -> None:
+    """Rank 0: train, save and upload into the open run (`tracker`: the job's), then end it
+    FINISHED, or KILLED or FAILED."""
     try:
-        train_and_save(args, params, splits, labels, tokenizer, accelerator, ckpt, resume, reopened, tracker)
-        check_params_kept(args.params, params)
+        start_logging(job, active, reopened)
+        save_and_upload(job, train(job), tracker, active)
+        check_params_kept(job.paths.params, job.params)
     except KeyboardInterrupt:
         tracker.close("KILLED")
         raise
@@ -249,6 +301,6 @@ def train_rank(args, params: Params) -> None:
         tracker.close("FAILED")
         raise
     if not tracker.close("FINISHED"):
-        raise store_gone(args, tracker)
-    if not cfg.keep_checkpoint:
-        ckpt.clear()
+        raise store_gone(job.paths, tracker)
+    if not job.params.train.keep_checkpoint:
+        job.checkpointer.clear()
