@@ -65,7 +65,7 @@ def read_token_splits(tokens_path: str, splits_path: str, labels: list[str] | No
 
 
 class TokenDataset(Dataset):
-    def __init__(self, input_ids: list[list[int]], labels: list[int] | None = None):
+    def __init__(self, input_ids: TokenIds | list[list[int]], labels: list[int] | None = None):
         self.input_ids = input_ids
         self.labels = labels
 
@@ -85,7 +85,7 @@ class Padding(int):
 class LengthGroupedBatchSampler(Sampler):
     """Seeded, per-epoch shuffled batches of indices with similar lengths."""
 
-    def __init__(self, lengths: list[int], batch_size: int, seed: int):
+    def __init__(self, lengths: list[int] | np.ndarray, batch_size: int, seed: int):
         self.lengths = np.asarray(lengths)
         self.batch_size = batch_size
         self.seed = seed

@@ -22,6 +22,7 @@ from tqdm.auto import tqdm
 from textclf.model.batching import PAD_LABEL, Collator, LengthGroupedBatchSampler, RankShard, Split, TokenDataset
 from textclf.train.checkpoint import Checkpointer, Progress
 from textclf.config import TrainParams
+from textclf.data.tokens import TokenIds
 from textclf.evaluate.metrics import classification_scores
 from textclf.inference.proba import mixed_precision_here, predict_proba
 from textclf.io import UserError
@@ -70,8 +71,9 @@ def make_train_loader(train: Split, cfg: TrainParams, pad_id: int, rank: int = 0
     """Length-grouped, dynamically padded training batches (seeded per epoch), in pinned
     memory on CUDA (see make_accelerator). With `world` processes, this process's share of
     each global batch of train.batch_size: not for accelerator.prepare, which would shard again."""
-    lengths = getattr(train.input_ids, "lengths", None)  # TokenIds: from the offsets alone
-    lengths = [len(s) for s in train.input_ids] if lengths is None else lengths
+    ids = train.input_ids
+    # TokenIds: from the offsets alone
+    lengths = ids.lengths if isinstance(ids, TokenIds) else [len(s) for s in ids]
     grouped = LengthGroupedBatchSampler(lengths, cfg.batch_size, cfg.seed)
     sampler = RankShard(grouped, rank, world) if world > 1 else grouped
     return DataLoader(TokenDataset(train.input_ids, train.labels), batch_sampler=sampler,
