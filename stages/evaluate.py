@@ -3,7 +3,7 @@ and the same numbers logged into the training run in MLflow."""
 from __future__ import annotations
 
 from textclf.evaluate.run import EvaluatePaths, run
-from textclf.io import run_stage, setup_logging, stage_parser
+from textclf.common import run_stage, setup_logging, stage_parser
 
 
 def main(argv: list[str] | None = None) -> None:

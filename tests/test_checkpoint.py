@@ -12,8 +12,8 @@ import torch
 from accelerate import Accelerator
 from torch import nn
 
-from textclf.io import read_json
-from textclf.io import write_json
+from textclf.common import read_json
+from textclf.common import write_json
 from textclf.train.checkpoint import MANIFEST, STATE, TENSORS, Checkpointer, Progress, damage, manifest
 from textclf.train.loop import EpochSelector
 

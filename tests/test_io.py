@@ -7,14 +7,14 @@ import time
 
 import pytest
 
-from textclf.io import atomic_path, read_json, write_json
+from textclf.common import atomic_path, read_json, write_json
 
 from conftest import REPO
 
 # A stand-in for a training loop: "steps" inside deferred_interrupts, a safe point after each.
 LOOP = """
 import logging, sys, time
-from textclf.io import deferred_interrupts, raise_if_interrupted, run_stage, setup_logging
+from textclf.common import deferred_interrupts, raise_if_interrupted, run_stage, setup_logging
 
 def main():
     setup_logging()
@@ -90,7 +90,7 @@ def test_atomic_path_removes_what_a_killed_write_left_but_not_a_live_one(tmp_pat
 RAISER = """
 import sys
 import pandas as pd
-from textclf.io import UserError, run_stage, setup_logging
+from textclf.common import UserError, run_stage, setup_logging
 
 def main():
     setup_logging()

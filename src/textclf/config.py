@@ -16,7 +16,7 @@ from typing import Any, Iterable, Literal, Mapping, get_type_hints
 
 import yaml
 
-from textclf.io import UserError
+from textclf.common import UserError
 from textclf.section import Section, hint, parse, ranged
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import pandas as pd
 
 from textclf.data.versions import KINDS, diff, summary
-from textclf.io import UserError, run_stage
+from textclf.common import UserError, run_stage
 
 SPLITS = "data/processed/splits.parquet"
 WORKSPACE = "workspace"

@@ -7,7 +7,7 @@ import importlib.util
 import os
 from pathlib import Path
 
-from textclf.io import UserError
+from textclf.common import UserError
 
 
 def hub_offline() -> bool:

@@ -17,7 +17,7 @@ from pathlib import Path
 from textclf.data.text import decode
 from textclf.inference.model_uri import model_folder
 from textclf.inference.predictor import Predictor
-from textclf.io import UserError, run_stage
+from textclf.common import UserError, run_stage
 
 
 def read_inputs(files: list[str]) -> tuple[list[str], list[str]]:

@@ -15,7 +15,7 @@ import stat
 from pathlib import Path
 
 from textclf.config import load_params
-from textclf.io import UserError, run_stage
+from textclf.common import UserError, run_stage
 
 log = logging.getLogger("preflight")
 

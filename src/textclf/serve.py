@@ -17,7 +17,7 @@ import os
 import sys
 
 from textclf.inference.serving import REFUSED
-from textclf.io import UserError
+from textclf.common import UserError
 
 MODEL_ENV = "TEXTCLF_SERVE_MODEL"  # how each uvicorn worker learns the model URI
 FORMAT = ('send JSON such as {"dataframe_split": {"columns": ["text"], "data": [["one text"]]}} '

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from textclf.config import NearDuplicateParams, load_params
-from textclf.io import UserError, atomic_path, temp_beside, write_json
+from textclf.common import UserError, atomic_path, temp_beside, write_json
 from textclf.data.ingest_report import IngestReport, SkipReason
 from textclf.data.ledger import SCHEMA, Ledger
 from textclf.data.near_dups import NearDuplicates, group_sketched, sketch_and_keys

@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from textclf.config import load_params
-from textclf.io import UserError, write_json, write_parquet
+from textclf.common import UserError, write_json, write_parquet
 
 SPLITS = ("train", "validation", "test")
 

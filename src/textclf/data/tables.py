@@ -26,7 +26,7 @@ from typing import Iterator
 
 from textclf.data.ingest_report import IngestReport, SkipReason
 from textclf.data.text import decode
-from textclf.io import UserError, open_parquet
+from textclf.common import UserError, open_parquet
 
 log = logging.getLogger(__name__)
 

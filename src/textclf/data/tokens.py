@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from textclf.config import TokenizeParams, load_params
-from textclf.io import UserError, atomic_path, open_parquet, write_csv, write_json
+from textclf.common import UserError, atomic_path, open_parquet, write_csv, write_json
 from textclf.model_source import hub_offline, not_found, resolve_model_name
 
 TRUNCATIONS = ("head", "tail", "head+tail")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from textclf.io import UserError
+from textclf.common import UserError
 
 KINDS = ("added", "removed", "relabelled", "edited")
 EXAMPLES = 3  # documents named per kind

@@ -24,7 +24,7 @@ from sklearn.preprocessing import normalize
 from textclf.config import BaselineParams, load_params
 from textclf.evaluate.metrics import classification_scores
 from textclf.inference.frames import PROB_PREFIX
-from textclf.io import UserError, open_parquet, write_json, write_parquet
+from textclf.common import UserError, open_parquet, write_json, write_parquet
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from textclf.evaluate.comparison import BETTER, WORSE, compare
 from textclf.evaluate.metrics import classification_scores
 from textclf.inference.model_uri import model_folder
 from textclf.inference.predictor import Predictor
-from textclf.io import UserError, open_parquet
+from textclf.common import UserError, open_parquet
 from textclf.tracking.registry import run_file
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ from collections import Counter
 
 import numpy as np
 
-from textclf.io import UserError
+from textclf.common import UserError
 
 
 

@@ -19,7 +19,7 @@ from textclf.evaluate.comparison import compare, per_class_accuracy
 from textclf.evaluate.metrics import calibration, classification_scores, metric_names, mlflow_metrics, test_metrics
 from textclf.inference.frames import PROB_PREFIX, probability_frame
 from textclf.inference.proba import inference_device, predict_proba
-from textclf.io import UserError, read_json, write_csv, write_json, write_parquet
+from textclf.common import UserError, read_json, write_csv, write_json, write_parquet
 from textclf.model.batching import read_token_splits
 from textclf.model.modeling import load_classifier, load_tokenizer, pad_id
 from textclf.tracking.registry import current_champion, register, split_hash, version_tags

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from textclf.io import UserError
+from textclf.common import UserError
 
 
 def pyfunc_folder(model: str) -> Path:

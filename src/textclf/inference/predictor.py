@@ -11,7 +11,7 @@ import pandas as pd
 from textclf.data.tokens import tokenize_texts
 from textclf.inference.frames import probability_frame
 from textclf.inference.proba import inference_device, predict_proba
-from textclf.io import UserError, read_json
+from textclf.common import UserError, read_json
 from textclf.model.modeling import load_classifier, load_tokenizer, pad_id
 
 

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from textclf.model.batching import Collator, sorted_batches
-from textclf.io import UserError
+from textclf.common import UserError
 
 
 def precision_for(setting: str, cuda_available: bool, bf16_supported: bool) -> str:

@@ -18,7 +18,7 @@ from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
 
 import textclf
 
-from textclf.io import UserError
+from textclf.common import UserError
 
 TEXT_COLUMN = "text"
 # Per request, so one huge request cannot hold the workers long after its client gave up

@@ -13,7 +13,7 @@ import torch
 from torch.utils.data import Dataset, Sampler
 
 from textclf.data.tokens import TokenIds
-from textclf.io import UserError, open_parquet
+from textclf.common import UserError, open_parquet
 
 # Batches are formed inside windows of this many batches, sorted by length there:
 # enough to group lengths well, small enough to keep the epoch order random.

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from textclf.io import UserError
+from textclf.common import UserError
 
 POOLINGS = ("pooler", "cls", "mean")
 

@@ -15,7 +15,7 @@ from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassificati
 
 from textclf.config import ModelParams, parse_section
 from textclf.model.heads import PooledClassifier, SequenceClassifier, TextCNNClassifier
-from textclf.io import UserError, read_json, write_json
+from textclf.common import UserError, read_json, write_json
 from textclf.model_source import hub_offline, not_found, resolve_model_name
 
 HEAD_FILE = "head.safetensors"

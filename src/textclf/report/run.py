@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from textclf.io import read_json
+from textclf.common import read_json
 from textclf.report import figures
 from textclf.report.document import Figure, Heading, to_html, to_markdown
 from textclf.report.sections import (baseline_section, calibration_section, data_section,

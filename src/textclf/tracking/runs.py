@@ -17,7 +17,7 @@ from pathlib import Path
 import mlflow
 from mlflow.tracking import MlflowClient
 
-from textclf.io import file_md5, proc_stat
+from textclf.common import file_md5, proc_stat
 
 log = logging.getLogger(__name__)
 EXPERIMENT = os.environ.get("MLFLOW_EXPERIMENT_NAME", "textclf")

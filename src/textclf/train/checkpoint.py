@@ -40,7 +40,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
-from textclf.io import UserError, file_md5, interrupt_pending, raise_if_interrupted, read_json, write_json
+from textclf.common import UserError, file_md5, interrupt_pending, raise_if_interrupted, read_json, write_json
 
 log = logging.getLogger(__name__)
 LATEST, STATE, TENSORS, MANIFEST = "latest.json", "trainer_state.json", "states.safetensors", "manifest.json"

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from textclf.io import UserError
+from textclf.common import UserError
 
 log = logging.getLogger(__name__)
 USUAL_LR = "1e-5…5e-5"

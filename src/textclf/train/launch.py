@@ -37,7 +37,7 @@ from typing import NamedTuple
 import yaml
 
 from textclf.config import load_params
-from textclf.io import (DEBUG_ENV, Interrupted, UserError, die_with_parent, expected, one_line, run_stage,
+from textclf.common import (DEBUG_ENV, Interrupted, UserError, die_with_parent, expected, one_line, run_stage,
                         setup_logging)
 from textclf.model_source import resolve_model_name
 from textclf.train.paths import TrainInputs, TrainPaths, stage_inputs

@@ -25,7 +25,7 @@ from textclf.config import TrainParams
 from textclf.data.tokens import TokenIds
 from textclf.evaluate.metrics import classification_scores
 from textclf.inference.proba import mixed_precision_here, predict_proba
-from textclf.io import UserError
+from textclf.common import UserError
 
 log = logging.getLogger(__name__)
 LOG_EVERY = 10  # steps between loss reads: each read is a host sync

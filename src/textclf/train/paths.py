@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from textclf.io import UserError
+from textclf.common import UserError
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -16,7 +16,7 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
 from textclf.config import TrainParams
-from textclf.io import UserError, expected, write_csv, write_json
+from textclf.common import UserError, expected, write_csv, write_json
 from textclf.tracking.store import QUICK_HTTP, store_calls
 from textclf.train import guards
 
