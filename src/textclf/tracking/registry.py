@@ -164,11 +164,11 @@ def add_version(run: dict, name: str, tags: dict[str, str]) -> tuple[MlflowClien
     return client, version
 
 
-Challenge = Callable[[dict], "dict | None"]  # the champion's tags -> the comparison, or None
+Judge = Callable[[dict], "dict | None"]  # the champion's tags -> the comparison, or None
 
 
 def _across_splits(client: MlflowClient, name: str, version: str, tags: dict, champion: dict,
-                   challenge: Challenge | None) -> tuple[str, dict | None]:
+                   challenge: Judge | None) -> tuple[str, dict | None]:
     """A champion tested on another split: the caller's comparison on common documents
     decides -> (reason, comparison); without one (or for a champion that cannot be
     compared) the champion stays."""
@@ -185,7 +185,7 @@ def _across_splits(client: MlflowClient, name: str, version: str, tags: dict, ch
     return reason, comparison
 
 
-def register(run: dict, name: str, tags: dict[str, str], challenge: Challenge | None = None) -> dict:
+def register(run: dict, name: str, tags: dict[str, str], challenge: Judge | None = None) -> dict:
     """add_version, then move `champion`: among the versions tested on the champion's own
     split, to the best eligible one; a version tested on another split, by `challenge`
     -> the decision (with the comparison, if one was made, and the last moves)."""
