@@ -57,6 +57,36 @@ def test_a_second_signal_stops_at_once():
     assert "stopping at the next safe point" in err
 
 
+# A stage that has ended and shuts down slowly (an atexit callback: torch's compile-time
+# summary, MLflow's), as a rank does when torchrun sends it SIGTERM after another rank died.
+LEAVING = """
+import atexit, sys, time
+from textclf.common import UserError, run_stage, setup_logging
+
+def main():
+    setup_logging()
+    atexit.register(time.sleep, 60)
+    atexit.register(print, "leaving", flush=True)
+    if sys.argv[1] == "error":
+        raise UserError("the stage failed")
+
+run_stage(main)
+"""
+
+
+@pytest.mark.parametrize("ending", ["returned", "error"])
+def test_a_signal_while_the_stage_shuts_down_leaves_at_once_without_a_traceback(ending):
+    proc = subprocess.Popen([sys.executable, "-c", LEAVING, ending], text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+    assert proc.stdout.readline().strip() == "leaving"
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 128 + signal.SIGTERM
+    assert "Traceback" not in err and "Exception ignored" not in err, err
+    assert ("the stage failed" in err) == (ending == "error")
+
+
 def test_atomic_write_leaves_the_old_file_when_writing_fails(tmp_path):
     path = tmp_path / "state.json"
     write_json(path, {"epoch": 1})

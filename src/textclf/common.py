@@ -171,6 +171,14 @@ def _on_signal(signum, frame) -> None:
     raise Interrupted(signum)
 
 
+def _leave_now(signum, frame) -> None:
+    """A signal once the stage has ended, while the interpreter shuts down (atexit callbacks:
+    torch's compile-time summary, MLflow's): the stage is leaving already, so it leaves at
+    once. Raising Interrupted there printed an "Exception ignored in atexit callback"
+    traceback below the stage's one-line error (torchrun's SIGTERM to a surviving rank)."""
+    os._exit(128 + signum)
+
+
 @contextlib.contextmanager
 def deferred_interrupts():
     """Inside the block, SIGINT/SIGTERM wait for raise_if_interrupted()."""
@@ -278,22 +286,35 @@ def expected(err: BaseException) -> bool:
 def run_stage(main: Callable[[], None]) -> None:
     """Entry point of a stage script. An expected error is logged as one line, exit status 1,
     without a traceback (with it under TEXTCLF_DEBUG=1); anything else is a bug and raises
-    with its traceback. SIGINT/SIGTERM become Interrupted (exit 130/143)."""
-    signal.signal(signal.SIGTERM, _on_signal)
-    signal.signal(signal.SIGINT, _on_signal)
+    with its traceback. SIGINT/SIGTERM become Interrupted (exit 130/143); once main has
+    ended, a signal exits at once (_leave_now)."""
+    _on_signals(_on_signal)
     exit_with_parent()
     try:
         main()
-    except Interrupted as err:
+    except BaseException as err:
+        _on_signals(_leave_now)
+        sys.exit(_exit_status(err))
+    _on_signals(_leave_now)
+
+
+def _on_signals(handler) -> None:
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+
+
+def _exit_status(err: BaseException) -> int:
+    """Log what ended a stage in one line and return its exit status; re-raise a bug (and a
+    SystemExit of main's own, argparse's for one)."""
+    if isinstance(err, Interrupted):
         log.error("interrupted by %s; rerun the same command (or `dvc repro`) to resume", err)
-        sys.exit(128 + err.signum)
-    except Exception as err:
-        if not expected(err):
-            raise
-        if os.environ.get(DEBUG_ENV) == "1":
-            log.exception("the traceback, as %s=1 asks:", DEBUG_ENV)
-        if isinstance(err, UserError):
-            log.error("%s", err)
-        else:
-            log.error("%s%s", "MLflow tracking store error: " if _store_error(err) else "", one_line(err))
-        sys.exit(1)
+        return 128 + err.signum
+    if not isinstance(err, Exception) or not expected(err):
+        raise err
+    if os.environ.get(DEBUG_ENV) == "1":
+        log.exception("the traceback, as %s=1 asks:", DEBUG_ENV, exc_info=err)
+    if isinstance(err, UserError):
+        log.error("%s", err)
+    else:
+        log.error("%s%s", "MLflow tracking store error: " if _store_error(err) else "", one_line(err))
+    return 1
