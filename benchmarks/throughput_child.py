@@ -23,14 +23,15 @@ from accelerate.utils import set_seed
 from torch.utils.data import DataLoader
 
 from throughput_helpers import chunks, padding_of, pick_documents, token_budget_batches, train_flops
-from textclf.model.batching import Collator, LengthGroupedBatchSampler, Split, TokenDataset, sorted_batches
+from textclf.inference.frames import sorted_batches
+from textclf.model.batching import Collator, LengthGroupedBatchSampler, Split, TokenDataset
 from textclf.config import IngestParams, ModelParams, TrainParams
 from textclf.data.corpus import build_corpus
 from textclf.model.heads import SequenceClassifier
 from textclf.inference.proba import inference_device, predict_proba
 from textclf.model.modeling import build_model, load_tokenizer
 from textclf.model.policy import make_optimizer, param_groups
-from textclf.data.tokens import tokenize_texts
+from textclf.data.tokenizing import tokenize_texts
 from textclf.train.loop import make_accelerator, make_scheduler, make_train_loader, train_steps
 
 

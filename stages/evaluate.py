@@ -1,5 +1,6 @@
 """Stage evaluate: model folder + test split -> reports/metrics.json, confusion plot data,
-and the same numbers logged into the training run in MLflow."""
+and the same numbers logged into the training run in MLflow; the exported model checked
+against the PyTorch one, and the one that passes logged, registered and served."""
 from __future__ import annotations
 
 from textclf.evaluate.run import EvaluatePaths, run
@@ -18,6 +19,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="the baseline's per-document test predictions (parquet)")
     parser.add_argument("--corpus", required=True,
                         help="the corpus parquet: texts of the test documents a champion on other data is scored on")
+    parser.add_argument("--export", required=True,
+                        help="the exported model (serve.format), checked against --model-dir before it is served")
     parser.add_argument("--metrics", required=True, help="output metrics JSON")
     parser.add_argument("--data-diff", required=True,
                         help="output JSON: documents added, removed, relabelled, edited since the champion's data")

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from stages import baseline, evaluate, ingest, split, train
+from stages import baseline, evaluate, export, ingest, split, train
 from stages import tokenize as tokenize_stage
 
 REPO = Path(__file__).resolve().parents[1]
@@ -148,12 +148,15 @@ def prepared(tmp_path, prepared_tiny, monkeypatch):
 
 @pytest.fixture(scope="session")
 def tiny_trained(tmp_path_factory, prepared_tiny) -> tuple[Path, dict]:
-    """READ-ONLY: `prepared_tiny` after one train (2 epochs), baseline and evaluate, with its own
-    MLflow store -> (folder, reports in run.json). Tests that only read a trained model,
-    its run, metrics or logged pyfunc share it; a test that changes anything trains its own."""
+    """READ-ONLY: `prepared_tiny` after one train (2 epochs), baseline, export (ONNX float32:
+    on the tiny random BERT int8 may disagree with PyTorch, float32 does not) and evaluate,
+    with its own MLflow store -> (folder, reports in run.json; metrics.json names the served
+    ONNX model). Tests that only read a trained model, its run, metrics or logged pyfunc
+    share it; a test that changes anything trains its own."""
     def build(folder: Path) -> None:
         with pytest.MonkeyPatch.context() as monkeypatch:
             p = copy_prepared(prepared_tiny, folder, monkeypatch)
+            write_params(folder / "params.yaml", serve={"format": "onnx"})
             run_train(p)
             run_baseline(p)
             run_evaluate(p)
@@ -188,9 +191,11 @@ def run_baseline(p):
 
 
 def run_evaluate(p, metrics="metrics.json"):
+    """The export stage, then evaluate (which checks the export and serves what passes)."""
+    export.main(p + ["--model-dir", "model", "--out", "export"])
     evaluate.main(p + ["--tokens", "t.parquet", "--splits", "sp.parquet", "--model-dir", "model",
                        "--run-file", "run.json", "--guards", "guards.json", "--baseline", "b.json",
-                       "--baseline-predictions", "bp.parquet", "--corpus", "c.parquet",
+                       "--baseline-predictions", "bp.parquet", "--corpus", "c.parquet", "--export", "export",
                        "--data-diff", "diff.json", "--metrics", metrics,
                        "--confusion", "conf.csv", "--per-class", "pc.csv", "--predictions", "pred.parquet"])
 

@@ -12,7 +12,7 @@ from textclf.data.corpus import build_corpus
 from textclf.inference.proba import predict_proba
 from textclf.model.modeling import build_model, load_tokenizer
 from textclf.model.policy import make_optimizer, param_groups
-from textclf.data.tokens import tokenize_texts
+from textclf.data.tokenizing import tokenize_texts
 from textclf.train.loop import fit, make_accelerator
 
 from conftest import BBC

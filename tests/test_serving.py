@@ -21,6 +21,7 @@ import pytest
 
 from textclf import serve
 from textclf.inference.model_uri import model_folder
+from textclf.inference.onnx_predictor import OnnxPredictor
 from textclf.inference.predictor import Predictor
 
 from conftest import REPO, free_port, server, venv_env
@@ -37,6 +38,18 @@ def trained(tiny_trained, monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", run["tracking_uri"])
     mlflow.set_tracking_uri(run["tracking_uri"])  # conftest restores it after the test
     return tmp, run
+
+
+@pytest.fixture(params=["torch", "onnx"])
+def served(trained, request):
+    """(folder, the logged pyfunc's URI, a predictor giving what it must answer) for the
+    PyTorch model train logs and the ONNX export evaluate checked and logged."""
+    tmp, run = trained
+    if request.param == "torch":
+        return tmp, run["model_uri"], Predictor(tmp / "model")
+    serving = json.loads((tmp / "metrics.json").read_text())["serving"]
+    assert serving["format"] == "onnx", serving  # float32 agrees with PyTorch on the tiny model
+    return tmp, serving["model_uri"], OnnxPredictor(tmp / "export")
 
 
 def mlflow_cli(*args, **kwargs) -> subprocess.CompletedProcess:
@@ -193,20 +206,23 @@ def requirement_pins(model_uri: str, folder: Path) -> dict[str, str]:
     return dict(line.split("==") for line in (local / "requirements.txt").read_text().split())
 
 
-def test_the_logged_model_requires_what_loading_imports(trained, tmp_path):
-    """Loading the pyfunc imports nothing from ingest (no rensa), every distribution the
-    loaded textclf modules import is pinned, and every pin is one a package index serves."""
-    tmp, run = trained
-    proc = subprocess.run([sys.executable, "-c", LOAD, run["model_uri"], json.dumps(TEXTS)],
+def test_the_logged_model_requires_what_loading_imports(served, tmp_path):
+    """Loading the pyfunc imports nothing from ingest (no rensa), the ONNX one no torch or
+    transformers, every distribution the loaded textclf modules import is pinned, and every
+    pin is one a package index serves."""
+    tmp, model_uri, predictor = served
+    proc = subprocess.run([sys.executable, "-c", LOAD, model_uri, json.dumps(TEXTS)],
                           capture_output=True, text=True, env=venv_env(), cwd=tmp, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     modules = json.loads(proc.stdout.splitlines()[-1])["modules"]
+    if isinstance(predictor, OnnxPredictor):
+        assert not {"torch", "transformers", "onnx"} & set(modules)
     ours = [m for m in modules if m.split(".")[0] == "textclf"]
     assert "rensa" not in modules and not {"textclf.data.corpus", "textclf.data.near_dups",
                                            "textclf.data.sources", "textclf.train.loop"} & set(ours)
     owners = importlib.metadata.packages_distributions()
     imported = {name for m in ours for name in third_party_imports(importlib.import_module(m))}
-    pins = requirement_pins(run["model_uri"], tmp_path)
+    pins = requirement_pins(model_uri, tmp_path)
     pinned = {n.lower() for n in pins}
     # each imported name comes from a pinned distribution, and each pin is imported
     by_name = {name: {d.lower() for d in owners[name]} for name in imported}
@@ -216,11 +232,11 @@ def test_the_logged_model_requires_what_loading_imports(trained, tmp_path):
 
 
 @pytest.mark.slow
-def test_the_logged_model_loads_in_a_fresh_venv_from_its_requirements(trained, tmp_path):
+def test_the_logged_model_loads_in_a_fresh_venv_from_its_requirements(served, tmp_path):
     """pip installs the model's requirements.txt alone into a new venv (the same package
     index), and the model loads and predicts there as it does here."""
-    tmp, run = trained
-    local = Path(mlflow.artifacts.download_artifacts(run["model_uri"], dst_path=str(tmp_path / "m")))
+    tmp, model_uri, predictor = served
+    local = Path(mlflow.artifacts.download_artifacts(model_uri, dst_path=str(tmp_path / "m")))
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     pip = subprocess.run([venv / "bin" / "python", "-m", "pip", "install", "--quiet", "-r",
@@ -232,7 +248,7 @@ def test_the_logged_model_loads_in_a_fresh_venv_from_its_requirements(trained, t
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout.splitlines()[-1])
     assert got["textclf"].startswith(str(local))  # the code shipped with the model, not ours
-    expected = Predictor(tmp / "model").predict(TEXTS)
+    expected = predictor.predict(TEXTS)
     assert got["labels"] == expected["label"].tolist()
     assert np.allclose(got["probability"], expected["probability"], atol=1e-5)
 
@@ -260,10 +276,10 @@ def assert_refused_in_one_line(bad: dict) -> None:
         assert "\n" not in message and SECRET not in message and "Failed to predict" not in message, (name, message)
 
 
-def test_mlflow_models_serve_answers_rest(trained, tmp_path):
-    tmp, run = trained
+def test_mlflow_models_serve_answers_rest(served, tmp_path):
+    tmp, model_uri, predictor = served
     url = f"http://127.0.0.1:{free_port()}"
-    cmd = [sys.executable, "-m", "mlflow", "models", "serve", "-m", run["model_uri"], "-h", "127.0.0.1",
+    cmd = [sys.executable, "-m", "mlflow", "models", "serve", "-m", model_uri, "-h", "127.0.0.1",
            "-p", url.rsplit(":", 1)[1], "--env-manager", "local"]
     with server(cmd, tmp, f"{url}/ping", tmp_path / "serve.log", env={"TEXTCLF_SERVE_MAX_ROWS": "5"}):
         status, answer = invoke(url, TEXTS)
@@ -275,7 +291,7 @@ def test_mlflow_models_serve_answers_rest(trained, tmp_path):
     assert "inputs [1] are empty or whitespace-only" in bad["empty"][1]["message"]
     assert "inputs [1] are not strings" in bad["not text"][1]["message"]
     assert "has 7 rows; the limit is 5" in bad["too many"][1]["message"]
-    expected = Predictor(tmp / "model").predict(TEXTS)
+    expected = predictor.predict(TEXTS)
     assert got["label"].tolist() == expected["label"].tolist()
     assert np.allclose(got["probability"], expected["probability"], atol=1e-5)
 

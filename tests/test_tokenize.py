@@ -7,8 +7,8 @@ import yaml
 
 from stages import tokenize as tokenize_stage
 from textclf.model.modeling import load_tokenizer
-from textclf.data.tokens import (RustTokenizer, TokenIds, length_stats, load_ids_tokenizer, tokenize_texts,
-                                 truncate)
+from textclf.data.tokenizing import RustTokenizer, tokenize_texts, truncate
+from textclf.data.tokens import TokenIds, length_stats, load_ids_tokenizer
 from textclf.model.batching import read_token_splits
 
 from conftest import BBC, REPO, write_params

@@ -10,7 +10,8 @@ from torch import nn
 
 from textclf.train import loop as training
 from textclf.model.batching import (PAD_LABEL, Collator, LengthGroupedBatchSampler, Padding, RankShard, Split,
-                              TokenDataset, sorted_batches)
+                              TokenDataset)
+from textclf.inference.frames import sorted_batches
 from textclf.config import EvaluateParams, TrainParams
 from textclf.inference.proba import inference_device, precision_for, predict_proba
 from textclf.train.loop import (EpochSelector, fit, lr_factor, make_accelerator, make_scheduler,

@@ -198,6 +198,16 @@ class EvaluateParams(Section):
 
 
 @dataclass(frozen=True)
+class ServeParams(Section):
+    where = "serve"
+    # what the logged (and registered) model runs: onnx-int8 is ONNX Runtime with int8 weights
+    # (dynamic quantization), onnx float32; evaluate checks either against the PyTorch model
+    # on the test split and serves PyTorch instead where it disagrees (docs/serving.md)
+    format: Literal["torch", "onnx", "onnx-int8"] = "onnx-int8"
+    min_agreement: float = ranged(0.99, 0, 1)  # share of test labels equal to PyTorch's, at least
+
+
+@dataclass(frozen=True)
 class Params:
     """The whole params file, one typed section per field."""
     ingest: IngestParams = field(default_factory=IngestParams)
@@ -207,6 +217,7 @@ class Params:
     train: TrainParams = field(default_factory=TrainParams)
     baseline: BaselineParams = field(default_factory=BaselineParams)
     evaluate: EvaluateParams = field(default_factory=EvaluateParams)
+    serve: ServeParams = field(default_factory=ServeParams)
 
     def sections(self, names: Iterable[str]) -> dict[str, Section]:
         """{name: section} of the named sections (what a stage logs; flatten takes it)."""

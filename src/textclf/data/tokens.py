@@ -1,4 +1,5 @@
-"""Tokenize to unpadded ids with head / tail / head+tail truncation.
+"""The tokenize stage and the token store: unpadded ids (truncated by data.tokenizing's
+rules) of every document, read back as compact arrays.
 
 Padding happens per batch at train time (dynamic padding), so nothing here pads.
 """
@@ -12,13 +13,10 @@ import numpy as np
 
 from textclf.config import TokenizeParams, load_params
 from textclf.common import UserError, atomic_path, open_parquet, write_csv, write_json
+from textclf.data.tokenizing import RustTokenizer, tokenize_texts
 from textclf.model_source import hub_offline, not_found, resolve_model_name
 
-TRUNCATIONS = ("head", "tail", "head+tail")
 CHUNK = 2_000  # documents tokenized and written per record batch: their encodings are the peak
-# Sun et al. 2019 ("How to Fine-Tune BERT for Text Classification?") keep the first
-# 128 and last 382 of 510 tokens: about a quarter from the head.
-HEAD_SHARE = 0.25
 
 
 class TokenIds:
@@ -85,29 +83,6 @@ def token_batch(doc_ids, labels, ids: list[list[int]], lengths: list[int]):
                            names=["doc_id", "label", "input_ids", "n_tokens"])
 
 
-class RustTokenizer:
-    """A model's tokenizer.json run by the `tokenizers` library alone, called like a
-    transformers tokenizer for what tokenize_texts needs. transformers' fast tokenizers wrap
-    the same object, so the ids are the same (tested), but importing transformers pulls in
-    torch: about 5 s of the tokenize stage's start-up against 0.1 s (benchmarks/startup.py)."""
-
-    def __init__(self, path: str | Path):
-        from tokenizers import Tokenizer
-
-        self.tokenizer = Tokenizer.from_file(str(path))
-        # tokenizer.json may carry a truncation and padding (MiniLM's: 128 tokens, padded);
-        # transformers turns them off unless asked, and so does this
-        self.tokenizer.no_truncation()
-        self.tokenizer.no_padding()
-
-    def __call__(self, texts: str | list[str], add_special_tokens: bool = True, verbose: bool = False):
-        single = isinstance(texts, str)
-        encoded = self.tokenizer.encode_batch([texts] if single else list(texts),
-                                              add_special_tokens=add_special_tokens)
-        ids = [e.ids for e in encoded]
-        return {"input_ids": ids[0] if single else ids}
-
-
 def load_ids_tokenizer(name: str):
     """The tokenizer of model.name for tokenize_texts: its tokenizer.json without transformers
     where the model is a folder or a package, else (a hub id) transformers' own, from the hub
@@ -121,42 +96,6 @@ def load_ids_tokenizer(name: str):
         return AutoTokenizer.from_pretrained(name, local_files_only=hub_offline())
     except OSError as err:
         raise not_found(name, err) from None
-
-
-def truncate(body: list[int], budget: int, mode: str) -> list[int]:
-    """Keep at most `budget` ids of `body` (special tokens not included)."""
-    if mode not in TRUNCATIONS:
-        raise UserError(f"tokenize.truncation={mode!r} is not one of {TRUNCATIONS}.")
-    if len(body) <= budget:
-        return body
-    if mode == "head":
-        return body[:budget]
-    if mode == "tail":
-        return body[len(body) - budget:]
-    head = int(budget * HEAD_SHARE)
-    return body[:head] + body[len(body) - (budget - head):]
-
-
-def special_frame(tokenizer) -> tuple[list[int], list[int]]:
-    """The ids a tokenizer puts before and after a single sequence ([CLS] … [SEP] for BERT)."""
-    empty = tokenizer("")["input_ids"]
-    probe_body = tokenizer("a", add_special_tokens=False)["input_ids"]
-    probe = tokenizer("a")["input_ids"]
-    start = probe.index(probe_body[0])
-    return empty[:start], empty[start:]
-
-
-def tokenize_texts(tokenizer, texts: list[str], max_length: int, mode: str):
-    """-> (ids per text with special tokens, untruncated length per text)."""
-    prefix, suffix = special_frame(tokenizer)
-    budget = max_length - len(prefix) - len(suffix)
-    if budget < 2:
-        raise UserError(f"tokenize.max_length={max_length} leaves {budget} tokens after the "
-                         f"{len(prefix) + len(suffix)} special tokens; use at least 16.")
-    bodies = tokenizer(list(texts), add_special_tokens=False, verbose=False)["input_ids"]
-    ids = [prefix + truncate(b, budget, mode) + suffix for b in bodies]
-    lengths = [len(b) + len(prefix) + len(suffix) for b in bodies]
-    return ids, lengths
 
 
 def write_tokens(tokenizer, corpus: str | Path, params: TokenizeParams, path: str | Path) -> np.ndarray:

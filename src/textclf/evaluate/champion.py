@@ -16,8 +16,7 @@ import pandas as pd
 
 from textclf.evaluate.comparison import BETTER, WORSE, compare
 from textclf.evaluate.metrics import classification_scores
-from textclf.inference.model_uri import model_folder
-from textclf.inference.predictor import Predictor
+from textclf.inference.loading import load_predictor
 from textclf.common import UserError, open_parquet
 from textclf.tracking.registry import run_file
 
@@ -108,7 +107,7 @@ class Challenge:
             return None
         common, left_out = common_set(self.splits, self.champion_splits)
         doc_ids = common["doc_id"].tolist()
-        predictor = Predictor(model_folder(f"models:/{self.name}/{champion['version']}"))
+        predictor = load_predictor(f"models:/{self.name}/{champion['version']}")  # what it serves
         theirs = predictor.predict(read_texts(self.corpus, doc_ids))["label"].tolist() if doc_ids else []
         mine = self.predictions.set_index("doc_id").loc[doc_ids, "predicted"].tolist()
         result = judge(common["label"].tolist(), mine, theirs, self.cfg.gate, self.cfg)

@@ -16,6 +16,7 @@ from textclf.config import load_params
 from textclf.data.versions import KINDS, diff
 from textclf.evaluate.champion import SPLITS_ARTIFACT, Challenge
 from textclf.evaluate.comparison import compare, per_class_accuracy
+from textclf.evaluate.serving_check import check_export, served_model, serving_mlflow
 from textclf.evaluate.metrics import calibration, classification_scores, metric_names, mlflow_metrics, test_metrics
 from textclf.inference.frames import PROB_PREFIX, probability_frame
 from textclf.inference.proba import inference_device, predict_proba
@@ -41,6 +42,7 @@ class EvaluatePaths:
     baseline: str  # baseline scores JSON
     baseline_predictions: str  # the baseline's per-document test predictions
     corpus: str  # texts of the test documents a champion on other data is scored on
+    export: str  # the exported model (serve.format), checked against model_dir before it is served
     metrics: str  # written: the metrics JSON
     data_diff: str  # written: documents added, removed, relabelled, edited since the champion's data
     confusion: str  # written: CSV of (actual, predicted)
@@ -114,7 +116,8 @@ def diff_counts(found: dict) -> dict:
 
 def run(paths: EvaluatePaths) -> None:
     """The stage."""
-    cfg = load_params(paths.params).evaluate
+    params = load_params(paths.params)
+    cfg = params.evaluate
     training = training_run(paths.run_file)  # before the work: fail in one line, naming the store
     model, labels = load_classifier(paths.model_dir)
     test = read_token_splits(paths.tokens, paths.splits, labels, names=("test",))[0]["test"]
@@ -124,6 +127,7 @@ def run(paths: EvaluatePaths) -> None:
     probs = predict_proba(model, input_ids, cfg.batch_size, pad_id(load_tokenizer(paths.model_dir)),
                           device, mixed)
     y_pred = probs.argmax(axis=1)
+    serving = check_export(paths.export, input_ids, y_true, probs, labels, params.serve, cfg)
     metrics = test_metrics(y_true, y_pred, labels)
     predictions = prediction_frame(doc_ids, y_true, probs, labels)
     metrics["ece"] = calibration(predictions["probability"], predictions["correct"])["ece"]
@@ -132,8 +136,12 @@ def run(paths: EvaluatePaths) -> None:
     metrics["gap"] = {k: metrics[k] - metrics["baseline"][k] for k in ("accuracy", "macro_f1")}
     metrics.update(versus_baseline(predictions, pd.read_parquet(paths.baseline_predictions), labels, cfg))
     metrics["kept_epoch"] = training.get("kept_epoch")
-    metrics["mlflow"] = {"run_id": training["run_id"], "model_uri": training["model_uri"]}  # run -> metrics
-    data_diff = registry_step(paths, cfg, training, metrics, predictions)
+    served = {**training, "model_uri": served_model(paths.export, paths.model_dir, paths.corpus,
+                                                    doc_ids, serving, training)}
+    metrics["serving"] = {**serving, "model_uri": served["model_uri"]}
+    metrics["mlflow"] = {"run_id": training["run_id"], "model_uri": served["model_uri"],  # run -> metrics
+                         "torch_model_uri": training["model_uri"]}
+    data_diff = registry_step(paths, cfg, served, metrics, predictions)
     metrics["data_diff"] = diff_counts(data_diff)
     write_json(paths.data_diff, data_diff)
     write_json(paths.metrics, metrics)
@@ -143,8 +151,9 @@ def run(paths: EvaluatePaths) -> None:
     write_csv(pd.DataFrame([{"class": c, **{k: s[k] for k in ("f1", "precision", "recall")}}
                             for c, s in metrics["per_class"].items()]), paths.per_class)
     changes = {f"data_diff.{k}": v for k, v in metrics["data_diff"].items() if k != "against_version"}
-    add_to_run(training, metrics={**mlflow_metrics(metrics), **changes},
-               tags={"verdict": metrics["comparison"]["verdict"]},
+    serve_metrics, serve_tags = serving_mlflow(serving)
+    add_to_run(training, metrics={**mlflow_metrics(metrics), **changes, **serve_metrics},
+               tags={"verdict": metrics["comparison"]["verdict"], **serve_tags},
                artifacts=(paths.metrics, paths.confusion, paths.data_diff),
                dicts={"class_names.json": metric_names(labels)})
     with tempfile.TemporaryDirectory() as tmp:  # under its fixed name: a later evaluate reads it

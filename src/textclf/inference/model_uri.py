@@ -37,12 +37,14 @@ def _download(model: str) -> Path:
 
 
 def model_folder(model: str) -> Path:
-    """A model folder written by the train stage, or an MLflow model URI -> the model folder
-    inside the downloaded pyfunc."""
-    if ":/" not in model:
-        return Path(model)
+    """A model folder (written by the train stage or the export stage), or an MLflow model
+    URI or pyfunc folder -> the folder the pyfunc runs: its PyTorch model folder, or its
+    exported ONNX folder."""
+    local = Path(model)
+    if ":/" not in model and not (local / "MLmodel").is_file():
+        return local
     import yaml
 
     local = pyfunc_folder(model)
-    flavor = yaml.safe_load((local / "MLmodel").read_text())["flavors"]["python_function"]
-    return local / flavor["artifacts"]["model_dir"]["path"]
+    artifacts = yaml.safe_load((local / "MLmodel").read_text())["flavors"]["python_function"]["artifacts"]
+    return local / artifacts["onnx_dir" if "onnx_dir" in artifacts else "model_dir"]["path"]

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from textclf.data.tokens import tokenize_texts
-from textclf.inference.frames import probability_frame
+from textclf.data.tokenizing import tokenize_texts
+from textclf.inference.frames import check_texts, probability_frame
 from textclf.inference.proba import inference_device, predict_proba
 from textclf.common import UserError, read_json
 from textclf.model.modeling import load_classifier, load_tokenizer, pad_id
@@ -33,16 +33,9 @@ class Predictor:
         self.model.to(self.device)
 
     def predict_proba(self, texts: list[str]) -> np.ndarray:
-        bad = [i for i, t in enumerate(texts) if not isinstance(t, str)]
-        if bad:
-            raise UserError(f"inputs {bad[:10]} are not strings (got "
-                             f"{type(texts[bad[0]]).__name__}); pass one text per row.")
+        check_texts(texts)
         if not texts:
             return np.zeros((0, len(self.labels)), dtype=np.float32)
-        empty = [i for i, t in enumerate(texts) if not t.strip()]
-        if empty:
-            raise UserError(f"inputs {empty[:10]} are empty or whitespace-only; there is nothing "
-                             "to classify: send text, or drop those rows.")
         ids, _ = tokenize_texts(self.tokenizer, texts, self.max_length, self.truncation)
         return predict_proba(self.model, ids, self.batch_size, pad_id(self.tokenizer),
                              self.device, self.mixed)  # (N, C)

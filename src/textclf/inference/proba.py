@@ -8,7 +8,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from textclf.model.batching import Collator, sorted_batches
+from textclf.inference.frames import sorted_batches
+from textclf.model.batching import Collator
 from textclf.common import UserError
 
 

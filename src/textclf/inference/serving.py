@@ -1,9 +1,12 @@
-"""The trained classifier as an MLflow pyfunc model, for every head.
+"""The trained classifier as an MLflow pyfunc model, for every head, in PyTorch or exported
+to ONNX (serve.format).
 
 Input: a DataFrame with a `text` column (or a list of strings). Output: a DataFrame with
 `label`, `probability` and `prob_<class>` per class. The model folder (safetensors +
-tokenizer + params.json) is an artifact, and this package ships with the model
-(`code_paths`), so `mlflow models predict/serve --env-manager local` needs nothing else.
+tokenizer + params.json), or the exported folder (the ONNX file + tokenizer.json +
+export.json), is an artifact, and this package ships with the model (`code_paths`), so
+`mlflow models predict/serve --env-manager local` needs nothing else. An ONNX model loads
+onnxruntime and tokenizers, not torch or transformers, and requires only what it imports.
 """
 
 import importlib.metadata
@@ -19,6 +22,7 @@ from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
 import textclf
 
 from textclf.common import UserError
+from textclf.inference.frames import TextPredictor
 
 TEXT_COLUMN = "text"
 # Per request, so one huge request cannot hold the workers long after its client gave up
@@ -29,8 +33,9 @@ PACKAGE = Path(textclf.__file__).parent
 # Every distribution that loading the model imports (tests/test_serving.py checks the list
 # against the imports of the textclf modules a load brings in); the versions are the ones
 # it was logged with.
-REQUIREMENTS = ("torch", "transformers", "tokenizers", "safetensors", "pandas", "numpy",
-                "pyarrow", "pyyaml", "mlflow")
+REQUIREMENTS: tuple[str, ...] = ("torch", "transformers", "tokenizers", "safetensors", "pandas",
+                                 "numpy", "pyarrow", "pyyaml", "mlflow")
+ONNX_REQUIREMENTS: tuple[str, ...] = ("onnxruntime", "tokenizers", "pandas", "numpy", "pyarrow", "mlflow")
 
 
 REFUSED = "TEXTCLF_REQUEST_REFUSED"  # error_class of our 400s (textclf.serve keeps their message)
@@ -89,9 +94,15 @@ def texts_of(model_input) -> list[str]:
 
 
 class TextClassifier(mlflow.pyfunc.PythonModel):
+    predictor: TextPredictor
+
     def load_context(self, context) -> None:
-        from textclf.inference.predictor import Predictor  # torch and the model load only here
-        self.predictor = Predictor(context.artifacts["model_dir"])
+        if "onnx_dir" in context.artifacts:
+            from textclf.inference.onnx_predictor import OnnxPredictor  # no torch
+            self.predictor = OnnxPredictor(context.artifacts["onnx_dir"])
+        else:
+            from textclf.inference.predictor import Predictor  # torch and the model load only here
+            self.predictor = Predictor(context.artifacts["model_dir"])
 
     def predict(self, context, model_input: pd.DataFrame, params=None) -> pd.DataFrame:
         # the DataFrame hint: a `text` column, validated against the logged signature
@@ -105,20 +116,33 @@ class TextClassifier(mlflow.pyfunc.PythonModel):
             raise RequestRefused(str(err)) from None
 
 
-def pinned_requirements() -> list[str]:
+def pinned_requirements(names: tuple[str, ...] = REQUIREMENTS) -> list[str]:
     """name==version for each requirement, without a local version label: torch 2.13.0+cpu
     is pinned as torch==2.13.0, which a package index can serve (the CPU or CUDA build is
     the index's choice, not the version's)."""
-    return [f"{name}=={importlib.metadata.version(name).split('+')[0]}" for name in REQUIREMENTS]
+    return [f"{name}=={importlib.metadata.version(name).split('+')[0]}" for name in names]
 
 
-def log_pyfunc(model_dir: str | Path, examples: list[str]):
-    """Log the model folder as a pyfunc under the active run -> mlflow ModelInfo."""
-    from textclf.inference.predictor import Predictor
+def log_pyfunc(model_dir: str | Path, examples: list[str], export_dir: str | Path | None = None,
+               run_id: str | None = None, tags: dict[str, str] | None = None):
+    """Log the model folder (or, given export_dir, the exported ONNX model) as a pyfunc
+    under run_id, or the active run -> mlflow ModelInfo. Into a finished run (evaluate logs
+    the export) without reopening it: its status and end time stay training's."""
+    from mlflow.models import Model
+
+    predictor: TextPredictor
+    if export_dir is None:
+        from textclf.inference.predictor import Predictor
+        predictor, name, requirements = Predictor(model_dir), "model", REQUIREMENTS
+        artifacts = {"model_dir": str(model_dir)}
+    else:
+        from textclf.inference.onnx_predictor import OnnxPredictor
+        predictor, name, requirements = OnnxPredictor(export_dir), "model_onnx", ONNX_REQUIREMENTS
+        artifacts = {"onnx_dir": str(export_dir)}
     example = pd.DataFrame({TEXT_COLUMN: examples})
-    signature = infer_signature(example, Predictor(model_dir).predict(examples))
-    return mlflow.pyfunc.log_model(
-        name="model", python_model=str(PACKAGE / "inference" / "pyfunc_entry.py"),
-        artifacts={"model_dir": str(model_dir)},
-        code_paths=[str(PACKAGE)], signature=signature,
-        input_example=example, pip_requirements=pinned_requirements())
+    signature = infer_signature(example, predictor.predict(examples))
+    return Model.log(artifact_path=None, name=name, flavor=mlflow.pyfunc, run_id=run_id,
+                     python_model=str(PACKAGE / "inference" / "pyfunc_entry.py"),
+                     artifacts=artifacts, code_paths=[str(PACKAGE)], signature=signature,
+                     input_example=example, pip_requirements=pinned_requirements(requirements), tags=tags,
+                     flavor_name="pyfunc.ModelFromCode")  # what mlflow.pyfunc.log_model records

@@ -132,12 +132,6 @@ class RankShard(Sampler):
             yield batch[n * self.rank // self.world:n * (self.rank + 1) // self.world] or [Padding(batch[0])]
 
 
-def sorted_batches(lengths: list[int], batch_size: int) -> list[list[int]]:
-    """Longest first, for inference: least padding, and any out-of-memory shows up at once."""
-    order = np.argsort(-np.asarray(lengths), kind="stable")
-    return [order[i:i + batch_size].tolist() for i in range(0, len(order), batch_size)]
-
-
 class Collator:
     def __init__(self, pad_id: int):
         self.pad_id = pad_id

@@ -148,11 +148,13 @@ def why(version: dict, best: dict | None, champion: dict | None, test_split: str
 
 
 def add_version(run: dict, name: str, tags: dict[str, str]) -> tuple[MlflowClient, str]:
-    """Register the run's logged model (once per run: an evaluate rerun reuses its version
-    and refreshes its tags) and point `challenger` at it -> (client, version)."""
+    """Register the run's served model (once per run and model: an evaluate rerun reuses its
+    version and refreshes its tags; one that serves another format, another logged model,
+    gets a version of its own) and point `challenger` at it -> (client, version)."""
     mlflow.set_tracking_uri(run["tracking_uri"])
     client = MlflowClient(run["tracking_uri"])
-    existing = client.search_model_versions(f"name = '{name}' and run_id = '{run['run_id']}'")
+    existing = [v for v in client.search_model_versions(f"name = '{name}' and run_id = '{run['run_id']}'")
+                if v.source == run["model_uri"]]
     if existing:
         version = existing[0].version
         for key, value in tags.items():

@@ -1,0 +1,87 @@
+"""The exported model checked against the PyTorch one on the test split, at every evaluate:
+the share of predicted labels that agree, the largest probability difference, and the paired
+verdict (McNemar + bootstrap, as against the baseline). A format that is significantly worse,
+or agrees on fewer labels than serve.min_agreement, is not what gets logged and served: the
+stage serves PyTorch and says why (one warning line, metrics.json, MLflow, the report)."""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import mlflow
+import numpy as np
+
+from textclf.common import UserError, file_md5
+from textclf.config import EvaluateParams, ServeParams
+from textclf.evaluate.champion import read_texts
+from textclf.evaluate.comparison import WORSE, compare
+from textclf.inference.onnx_predictor import OnnxPredictor
+from textclf.inference.serving import log_pyfunc
+from textclf.model.exported import read_export
+
+log = logging.getLogger(__name__)
+EXAMPLES = 3  # test texts in the logged model's input example
+
+
+def check_export(export_dir: str, input_ids, y_true: np.ndarray, torch_probs: np.ndarray,
+                 labels: list[str], serve: ServeParams, cfg: EvaluateParams) -> dict:
+    """-> {requested, format (what is served), agreement, max_prob_diff, accuracy, verdict,
+    comparison, fallback (why PyTorch is served instead, or None)}."""
+    requested = read_export(export_dir)["format"]
+    if requested != serve.format:
+        raise UserError(f"{export_dir} holds a {requested} export, but serve.format is "
+                        f"{serve.format}: rerun `dvc repro export`.")
+    if requested == "torch":
+        return {"requested": "torch", "format": "torch", "fallback": None}
+    exported = OnnxPredictor(export_dir, cfg.batch_size)
+    if exported.labels != labels:
+        raise UserError(f"{export_dir} was exported from a model with the classes "
+                        f"{exported.labels}, not {labels}: rerun `dvc repro export`.")
+    probs = exported.proba_of_ids(input_ids)  # (N, C), the same token ids as PyTorch's
+    ours, theirs = probs.argmax(axis=1), torch_probs.argmax(axis=1)
+    agreement = float((ours == theirs).mean())
+    cmp = compare(ours == y_true, theirs == y_true, cfg.bootstrap, cfg.seed, cfg.alpha)
+    reasons = []
+    if agreement < serve.min_agreement:
+        reasons.append(f"{agreement:.1%} of its test labels agree with PyTorch's, below "
+                       f"serve.min_agreement {serve.min_agreement:.1%}")
+    if cmp["verdict"] == WORSE:
+        reasons.append(f"significantly worse than PyTorch on the test split ({cmp['difference']:+.1%}, "
+                       f"McNemar p = {cmp['mcnemar_p']:.3g})")
+    if reasons:
+        log.warning("serving PyTorch, not %s: %s", requested, "; ".join(reasons))
+    return {"requested": requested, "format": "torch" if reasons else requested,
+            "agreement": agreement, "max_prob_diff": float(np.abs(probs - torch_probs).max()),
+            "accuracy": float((ours == y_true).mean()), "verdict": cmp["verdict"],
+            "comparison": cmp, "fallback": "; ".join(reasons) or None}
+
+
+def served_model(export_dir: str, model_dir: str, corpus: str, doc_ids: list[str],
+                 serving: dict, training: dict) -> str:
+    """Log the export as the training run's `model_onnx` when it passed the check (once per
+    export: a rerun finds it by its md5) -> the URI of the model to register and serve (the
+    PyTorch one otherwise)."""
+    if serving["format"] == "torch":
+        return training["model_uri"]
+    mlflow.set_tracking_uri(training["tracking_uri"])
+    mlflow.set_experiment(experiment_id=training["experiment_id"])  # the run's, not the default one
+    md5 = file_md5(Path(export_dir) / read_export(export_dir)["file"])
+    logged = mlflow.MlflowClient().search_logged_models(  # an evaluate rerun: logged already
+        experiment_ids=[training["experiment_id"]], max_results=1,
+        filter_string=f"source_run_id = '{training['run_id']}' AND tags.export_md5 = '{md5}'")
+    if logged:
+        return f"models:/{logged[0].model_id}"
+    info = log_pyfunc(model_dir, read_texts(corpus, doc_ids[:EXAMPLES]), export_dir,
+                      run_id=training["run_id"], tags={"export_md5": md5})
+    log.info("serving %s: %s (agreement with PyTorch %.2f%%, largest probability difference %.4f)",
+             serving["format"], info.model_uri, 100 * serving["agreement"], serving["max_prob_diff"])
+    return info.model_uri
+
+
+def serving_mlflow(serving: dict) -> tuple[dict, dict]:
+    """-> (metrics, tags) of the check for the training run."""
+    metrics = {f"serve_{k}": serving[k] for k in ("agreement", "max_prob_diff", "accuracy") if k in serving}
+    tags = {"serve.format": serving["format"], "serve.requested": serving["requested"]}
+    if serving["fallback"]:
+        tags["serve.fallback"] = serving["fallback"]
+    return metrics, tags

@@ -1,0 +1,70 @@
+"""An exported model (models/export) run by ONNX Runtime: class probabilities for new texts
+without torch or transformers, tokenized by tokenizer.json as the model was trained. The same
+interface, refusals and columns as the PyTorch Predictor."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from textclf.common import UserError
+from textclf.data.tokenizing import RustTokenizer, tokenize_texts
+from textclf.inference.frames import check_texts, probability_frame, sorted_batches
+from textclf.model.exported import TOKENIZER_FILE, read_export
+
+THREADS_ENV = "TEXTCLF_ONNX_THREADS"  # intra-op threads; unset: ONNX Runtime's (the physical cores)
+
+
+def session(path: Path):
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    threads = os.environ.get(THREADS_ENV, "")
+    if threads:
+        if not threads.isdigit() or int(threads) < 1:
+            raise UserError(f"{THREADS_ENV}={threads!r} must be a positive integer.")
+        options.intra_op_num_threads = int(threads)
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    shifted = np.exp(logits - logits.max(axis=1, keepdims=True))  # (B, C)
+    return shifted / shifted.sum(axis=1, keepdims=True)
+
+
+class OnnxPredictor:
+    def __init__(self, export_dir: str | Path, batch_size: int = 32):
+        export_dir = Path(export_dir)
+        meta = read_export(export_dir)
+        if meta["format"] == "torch":
+            raise UserError(f"{export_dir} holds no ONNX model (serve.format was torch); pass "
+                            "models/model, or set serve.format: onnx-int8 and `dvc repro export`.")
+        self.format, self.labels = meta["format"], list(meta["labels"])
+        self.max_length, self.truncation, self.pad_id = meta["max_length"], meta["truncation"], meta["pad_id"]
+        self.tokenizer = RustTokenizer(export_dir / TOKENIZER_FILE)
+        self.session = session(export_dir / meta["file"])
+        self.batch_size = batch_size
+
+    def proba_of_ids(self, input_ids) -> np.ndarray:
+        """Token ids (with special tokens) -> (N, C) probabilities in input order, in
+        length-sorted batches padded to their longest."""
+        out = np.zeros((len(input_ids), len(self.labels)), dtype=np.float32)
+        for idx in sorted_batches([len(s) for s in input_ids], self.batch_size):
+            width = max(len(input_ids[i]) for i in idx)
+            ids = np.full((len(idx), width), self.pad_id, dtype=np.int64)  # (B, T)
+            mask = np.zeros((len(idx), width), dtype=np.int64)
+            for row, i in enumerate(idx):
+                ids[row, :len(input_ids[i])], mask[row, :len(input_ids[i])] = input_ids[i], 1
+            logits = self.session.run(None, {"input_ids": ids, "attention_mask": mask})[0]  # (B, C)
+            out[idx] = softmax(logits.astype(np.float32))
+        return out
+
+    def predict_proba(self, texts: list[str]) -> np.ndarray:
+        check_texts(texts)
+        ids, _ = tokenize_texts(self.tokenizer, texts, self.max_length, self.truncation)
+        return self.proba_of_ids(ids)
+
+    def predict(self, texts: list[str]) -> pd.DataFrame:
+        return probability_frame(self.predict_proba(list(texts)), self.labels)

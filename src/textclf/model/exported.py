@@ -1,0 +1,25 @@
+"""What an exported model folder (models/export) holds, for the exporter (model.export, torch)
+and the ONNX predictor (inference.onnx_predictor, no torch): the ONNX file of its format,
+tokenizer.json and export.json, which says how texts become the model's inputs."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from textclf.common import UserError, read_json
+
+EXPORT_FILE = "export.json"
+ONNX_FILES = {"onnx": "model.onnx", "onnx-int8": "model.int8.onnx"}  # serve.format -> file
+TOKENIZER_FILE = "tokenizer.json"
+
+
+def read_export(folder: str | Path) -> dict:
+    """export.json of an exported folder -> {format, file, labels, max_length, truncation,
+    pad_id, head, ...}; a folder that is not one fails in one line."""
+    path = Path(folder) / EXPORT_FILE
+    if not path.is_file():
+        raise UserError(f"{folder} is not an exported model folder (no {EXPORT_FILE}); run "
+                        "`dvc repro export` or pass models/model.")
+    meta = read_json(path)
+    if meta.get("format") in ONNX_FILES and not (Path(folder) / meta["file"]).is_file():
+        raise UserError(f"{folder}: {meta['file']} is missing; rerun `dvc repro export`.")
+    return meta

@@ -1,0 +1,142 @@
+"""The exported model (ONNX float32 and int8) against the PyTorch one, for every head; the
+check evaluate runs before an export is served, and its fallback to PyTorch. The encoder is
+the tiny RANDOM BERT from conftest: these tests check wiring and numerical parity, not accuracy."""
+import dataclasses
+import json
+import logging
+
+import numpy as np
+import pytest
+import torch
+
+from textclf.config import ModelParams, TextCNNParams, TokenizeParams
+from textclf.common import UserError
+from textclf.inference.loading import load_predictor
+from textclf.inference.onnx_predictor import OnnxPredictor
+from textclf.inference.predictor import Predictor
+from textclf.model.export import export_model
+from textclf.model.modeling import build_model, load_tokenizer, save_model
+
+from conftest import run_baseline, run_evaluate, run_train, write_params
+
+LABELS = ["business", "sport", "tech"]
+TEXTS = ["Shares rose sharply after the bank reported record profits.",
+         "The striker scored twice.",
+         "A new phone with a faster chip goes on sale next week, the company said on Monday. " * 8,
+         "Rates", "The club sold its goalkeeper to a rival for a record fee after a long season."]
+HEADS = [ModelParams(head="sequence_classification"), ModelParams(head="pooled", pooling="mean"),
+         ModelParams(head="textcnn", textcnn=TextCNNParams(kernel_sizes=[2, 3], num_filters=8))]
+
+
+def saved(folder, bert, cfg: ModelParams):
+    torch.manual_seed(0)
+    cfg = dataclasses.replace(cfg, name=str(bert))
+    model, _ = build_model(cfg, LABELS)
+    save_model(model.eval(), folder, load_tokenizer(cfg.name),
+               {"model": cfg, "tokenize": TokenizeParams(max_length=64)})
+    return folder
+
+
+@pytest.mark.parametrize("cfg", HEADS, ids=lambda c: c.head)
+def test_every_head_exports_with_pytorchs_probabilities(tmp_path, tiny_random_bert, cfg):
+    """Dynamic batch and sequence axes (batches of 2 and 1, lengths 4 to 64 tokens, padded
+    rows): float32 gives PyTorch's probabilities, int8 close to them."""
+    folder = saved(tmp_path / "model", tiny_random_bert, cfg)
+    reference = Predictor(folder, batch_size=2).predict_proba(TEXTS)  # (N, C)
+    for fmt, tolerance in (("onnx", 1e-5), ("onnx-int8", 0.1)):
+        meta = export_model(folder, tmp_path / fmt, fmt)
+        assert meta["labels"] == LABELS and meta["head"] == cfg.head
+        probs = OnnxPredictor(tmp_path / fmt, batch_size=2).predict_proba(TEXTS)
+        assert probs.shape == reference.shape and np.allclose(probs.sum(axis=1), 1, atol=1e-5)
+        assert np.abs(probs - reference).max() < tolerance, (fmt, np.abs(probs - reference).max())
+
+
+def test_the_onnx_predictor_refuses_what_the_pytorch_one_refuses(tmp_path, tiny_random_bert):
+    folder = saved(tmp_path / "model", tiny_random_bert, HEADS[0])
+    export_model(folder, tmp_path / "onnx", "onnx")
+    onnx, torch_ = load_predictor(str(tmp_path / "onnx")), load_predictor(str(folder))
+    assert isinstance(onnx, OnnxPredictor) and isinstance(torch_, Predictor)
+    for bad in (["fine", "  "], ["fine", 7]):
+        messages = []
+        for predictor in (onnx, torch_):
+            with pytest.raises(UserError) as err:
+                predictor.predict(bad)
+            messages.append(str(err.value))
+        assert messages[0] == messages[1]
+    assert len(onnx.predict([])) == 0 and list(onnx.predict(TEXTS[:2]).columns) == \
+        list(torch_.predict(TEXTS[:2]).columns)
+
+
+def test_serve_format_torch_exports_nothing_and_a_torch_folder_is_no_onnx_model(tmp_path, tiny_random_bert):
+    folder = saved(tmp_path / "model", tiny_random_bert, HEADS[0])
+    export_model(folder, tmp_path / "export", "torch")
+    assert sorted(p.name for p in (tmp_path / "export").iterdir()) == ["export.json"]
+    with pytest.raises(UserError, match="holds no ONNX model"):
+        OnnxPredictor(tmp_path / "export")
+    with pytest.raises(UserError, match="not an exported model folder"):
+        OnnxPredictor(folder)
+
+
+def broken_export(folder, export_dir) -> None:
+    """An export whose head answers the first class for every text: what a broken exporter
+    or a quantization that ruins a model (Optimum #151) would serve."""
+    model, _ = __import__("textclf.model.modeling", fromlist=["x"]).load_classifier(folder)
+    with torch.no_grad():
+        head = model.hf.classifier
+        head.weight.zero_()
+        head.bias.copy_(torch.arange(head.bias.numel(), 0, -1).float())
+    from textclf.model.export import export_float
+    export_float(model, export_dir / json.loads((export_dir / "export.json").read_text())["file"])
+
+
+def test_an_export_that_disagrees_is_not_served(prepared, caplog):
+    """Evaluate checks the export on the test split: one that disagrees with PyTorch is not
+    logged or registered; PyTorch is, with the reason in one warning, metrics.json and MLflow."""
+    tmp, p = prepared
+    write_params(tmp / "params.yaml", serve={"format": "onnx"})
+    run_train(p)
+    run_baseline(p)
+    run_evaluate(p)  # the export passes: float32 agrees with PyTorch
+    good = json.loads((tmp / "metrics.json").read_text())
+    assert good["serving"]["format"] == "onnx" and good["serving"]["agreement"] == 1.0
+    assert good["serving"]["max_prob_diff"] < 1e-5 and good["serving"]["fallback"] is None
+    assert good["mlflow"]["model_uri"] != good["mlflow"]["torch_model_uri"]
+    assert isinstance(load_predictor(good["mlflow"]["model_uri"]), OnnxPredictor)
+
+    from stages import evaluate, export
+    export.main(p + ["--model-dir", "model", "--out", "export"])
+    broken_export(tmp / "model", tmp / "export")
+    with caplog.at_level(logging.WARNING):
+        evaluate.main(p + ["--tokens", "t.parquet", "--splits", "sp.parquet", "--model-dir", "model",
+                           "--run-file", "run.json", "--guards", "guards.json", "--baseline", "b.json",
+                           "--baseline-predictions", "bp.parquet", "--corpus", "c.parquet",
+                           "--export", "export", "--data-diff", "diff.json", "--metrics", "m2.json",
+                           "--confusion", "conf.csv", "--per-class", "pc.csv", "--predictions", "pred.parquet"])
+    bad = json.loads((tmp / "m2.json").read_text())["serving"]
+    assert bad["format"] == "torch" and bad["requested"] == "onnx" and bad["agreement"] < 0.99
+    assert "below serve.min_agreement 99.0%" in bad["fallback"]
+    assert bad["model_uri"] == good["mlflow"]["torch_model_uri"]
+    assert [r.message for r in caplog.records if "serving PyTorch, not onnx" in r.message]
+    import mlflow
+    run = mlflow.get_run(json.loads((tmp / "run.json").read_text())["run_id"])
+    assert run.data.tags["serve.format"] == "torch" and "serve.min_agreement" in run.data.tags["serve.fallback"]
+    onnx_model = mlflow.get_logged_model(good["mlflow"]["model_uri"].split("/")[-1])
+    assert (onnx_model.experiment_id, onnx_model.source_run_id) == (run.info.experiment_id, run.info.run_id)
+    versions = mlflow.MlflowClient().search_model_versions("name='textclf'")
+    assert {int(v.version): v.source for v in versions} == {1: good["mlflow"]["model_uri"], 2: bad["model_uri"]}
+
+
+def test_an_export_of_another_format_fails_in_one_line(prepared):
+    tmp, p = prepared
+    run_train(p)
+    run_baseline(p)
+    from stages import export
+    export.main(p + ["--model-dir", "model", "--out", "export"])  # params.yaml: onnx-int8
+    write_params(tmp / "params.yaml", serve={"format": "onnx"})
+    with pytest.raises(UserError, match="holds a onnx-int8 export, but serve.format is onnx"):
+        from stages import evaluate
+        evaluate.main(p + ["--tokens", "t.parquet", "--splits", "sp.parquet", "--model-dir", "model",
+                           "--run-file", "run.json", "--guards", "guards.json", "--baseline", "b.json",
+                           "--baseline-predictions", "bp.parquet", "--corpus", "c.parquet",
+                           "--export", "export", "--data-diff", "diff.json", "--metrics", "m.json",
+                           "--confusion", "conf.csv", "--per-class", "pc.csv", "--predictions", "pred.parquet"])
