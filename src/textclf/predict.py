@@ -3,9 +3,12 @@
     python -m textclf.predict models/model article1.txt article2.txt
     python -m textclf.predict models:/textclf@champion article1.txt   # from the model registry
     cat headlines.txt | python -m textclf.predict models/model      # one text per line
+    python -m textclf.predict models/model --table in.parquet --out preds.parquet   # a table
 
 Prints one tab-separated line per input: source, label, probability of that label.
-The MLflow pyfunc (textclf.inference.serving) wraps the same Predictor, so both give the same numbers.
+With --table (CSV, TSV, JSON Lines or Parquet), writes every row's predictions to --out
+instead (docs/table_scoring.md). The MLflow pyfunc (textclf.inference.serving) wraps the same
+Predictor, so both give the same numbers.
 """
 from __future__ import annotations
 
@@ -15,9 +18,10 @@ import sys
 from pathlib import Path
 
 from textclf.data.text import decode
-from textclf.inference.model_uri import model_folder
-from textclf.inference.predictor import Predictor
-from textclf.common import UserError, run_stage
+from textclf.inference.frames import probability_frame
+from textclf.inference.loading import load_predictor
+from textclf.inference.table_scores import open_table, score_table
+from textclf.common import UserError, run_stage, setup_logging
 
 
 def read_inputs(files: list[str]) -> tuple[list[str], list[str]]:
@@ -47,6 +51,27 @@ def read_inputs(files: list[str]) -> tuple[list[str], list[str]]:
     return list(files), texts
 
 
+def check_table_args(args: argparse.Namespace) -> None:
+    """--table and its options go together, and never with text files."""
+    if not args.table:
+        given = [o for o, v in (("--out", args.out), ("--text-column", args.text_column),
+                                ("--id-column", args.id_column)) if v]
+        if given:
+            raise UserError(f"{', '.join(given)}: for tables only; add --table in.parquet, or "
+                            "leave them out to classify text files.")
+        return
+    if args.files:
+        raise UserError("pass either text files or --table, not both; score the files and the "
+                        "table in two runs.")
+    if not args.out:
+        raise UserError("--table needs --out preds.parquet, the file the predictions go to.")
+    if Path(args.out).suffix.lower() != ".parquet":
+        raise UserError(f"--out {args.out}: predictions are written as Parquet; name a file "
+                        "ending in .parquet.")
+    if Path(args.out).resolve() == Path(args.table).resolve():
+        raise UserError(f"--out {args.out} is the table itself; name another file.")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -54,12 +79,23 @@ def main(argv: list[str] | None = None) -> None:
                                           "(models:/textclf@champion)")
     parser.add_argument("files", nargs="*", help="text files; none or `-` reads lines from stdin")
     parser.add_argument("--batch-size", type=int, default=32)
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(name)s %(levelname)s %(message)s")
+    parser.add_argument("--table", help="score every row of this .csv, .tsv, .jsonl or .parquet")
+    parser.add_argument("--text-column", help="the table's text column (default: text)")
+    parser.add_argument("--id-column", help="keep only this column of the table (default: all)")
+    parser.add_argument("--out", help="with --table: the .parquet file the predictions go to")
+    args = parser.parse_intermixed_args(argv)  # text files may follow the options
     if args.batch_size < 1:
         raise UserError(f"--batch-size={args.batch_size}; use a positive number.")
+    check_table_args(args)
+    if args.table:
+        setup_logging()  # the closing count of scored and skipped rows is an info line
+        table = open_table(args.table, args.text_column or "text", args.id_column or "")
+        score_table(table, load_predictor(args.model_dir, args.batch_size), args.out)
+        return
+    logging.basicConfig(level=logging.WARNING, format="%(name)s %(levelname)s %(message)s")
     sources, texts = read_inputs(args.files)
-    frame = Predictor(model_folder(args.model_dir), args.batch_size).predict(texts)
+    predictor = load_predictor(args.model_dir, args.batch_size)
+    frame = probability_frame(predictor.predict_proba(texts), predictor.labels)
     for source, label, prob in zip(sources, frame["label"], frame["probability"]):
         sys.stdout.write(f"{source}\t{label}\t{prob:.4f}\n")
 
