@@ -23,7 +23,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from stages import baseline, evaluate, ingest, split, tokenize, train  # noqa: E402
+from stages import baseline, evaluate, export, ingest, split, tokenize, train  # noqa: E402
 
 log = logging.getLogger("demo-learning")
 
@@ -52,9 +52,10 @@ def one_run(work: Path, split_seed: int, train_seed: int, epochs: int) -> dict:
                     "--run-file", "run.json", "--checkpoint-dir", "ckpt"])
     baseline.main(p + ["--corpus", "c.parquet", "--splits", "sp.parquet", "--out", "b.json",
                        "--predictions", "bp.parquet"])
+    export.main(p + ["--model-dir", "model", "--out", "export"])
     evaluate.main(p + ["--tokens", "t.parquet", "--splits", "sp.parquet", "--model-dir", "model",
                        "--run-file", "run.json", "--guards", "guards.json", "--baseline", "b.json",
-                       "--baseline-predictions", "bp.parquet", "--corpus", "c.parquet",
+                       "--baseline-predictions", "bp.parquet", "--corpus", "c.parquet", "--export", "export",
                        "--data-diff", "diff.json", "--metrics", "m.json",
                        "--confusion", "conf.csv", "--per-class", "pc.csv", "--predictions", "pred.parquet"])
     metrics = json.loads((work / "m.json").read_text())

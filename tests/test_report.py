@@ -3,7 +3,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from textclf.report.sections import data_section, headline, mistakes_section, near_duplicates_section
+from textclf.report.sections import data_section, headline, mistakes_section, near_duplicates_section, serving_section
 from textclf.evaluate.comparison import compare
 from textclf.report.document import Figure, Para, Table, to_html, to_markdown
 from textclf.evaluate.metrics import calibration
@@ -132,3 +132,17 @@ def test_data_version_section_shows_the_diff_the_gate_and_the_last_moves():
     assert "| 2026-12-01T11:00:00Z | 1 | 2 | gate |" in md and "tech train → test" in md
     assert "No data diff: no champion yet." in to_markdown(
         data_version_section({"against_version": None, "why": "no champion yet"}, None, {}))
+
+
+def test_serving_section_says_what_is_served_and_why_pytorch_when_the_export_failed():
+    served = {"requested": "onnx-int8", "format": "onnx-int8", "agreement": 1.0, "max_prob_diff": 0.012,
+              "accuracy": 0.97, "verdict": "no significant difference", "fallback": None,
+              "model_uri": "models:/m-1"}
+    text = to_markdown(serving_section({"n_test": 300, "serving": served}))
+    assert "100.00% of predicted labels agree" in text and "Served: **onnx-int8** (`models:/m-1`)" in text
+    assert "not served" not in text
+    failed = {**served, "format": "torch", "agreement": 0.95, "model_uri": "models:/m-0",
+              "fallback": "95.0% of its test labels agree with PyTorch's, below serve.min_agreement 99.0%"}
+    text = to_markdown(serving_section({"n_test": 300, "serving": failed}))
+    assert "Served: **torch**" in text and "the onnx-int8 export is not served: 95.0% of its" in text
+    assert "PyTorch one" in to_markdown(serving_section({"serving": {"requested": "torch", "model_uri": "m"}}))

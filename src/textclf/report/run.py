@@ -14,7 +14,7 @@ from textclf.report import figures
 from textclf.report.document import Figure, Heading, to_html, to_markdown
 from textclf.report.sections import (baseline_section, calibration_section, data_section,
                                      data_version_section, headline, lineage_section, mistakes_section,
-                                     results_section)
+                                     results_section, serving_section)
 from textclf.tracking.runs import add_to_run, dataset_sources, lock_hashes, log_datasets
 from textclf.tracking.store import training_run
 
@@ -56,6 +56,7 @@ def build(paths: ReportPaths, run: dict) -> tuple[list, bytes]:
                            read_json(paths.split_counts), pd.read_csv(paths.histogram))
     blocks += results_section(curve, metrics)
     blocks += baseline_section(metrics)
+    blocks += serving_section(metrics)
     blocks += data_version_section(read_json(paths.data_diff), metrics.get("registry"),
                                    read_json(paths.split_counts))
     confusion = figures.confusion_heatmap(metrics["confusion"])

@@ -1,6 +1,6 @@
 """The report's sections, each a list of document blocks (report.document): the headline
-(scores, the verdict against the baseline, the guards), data, results, baseline,
-near-duplicates, mistakes, calibration, params and lineage."""
+(scores, the verdict against the baseline, the guards), data, results, baseline, the served
+model, near-duplicates, mistakes, calibration, params and lineage."""
 from __future__ import annotations
 
 from typing import Sequence
@@ -64,6 +64,27 @@ def baseline_section(metrics: dict) -> list[Block]:
         ens = metrics["ensemble"]
         blocks.append(Para(f"Mean of both systems' probabilities (`evaluate.ensemble`): accuracy "
                            f"{ens['accuracy']:.4f}, macro-F1 {ens['macro_f1']:.4f}."))
+    return blocks
+
+
+def serving_section(metrics: dict) -> list[Block]:
+    """What the logged and registered model runs (serve.format), and the check of an export
+    against the PyTorch model on the test split."""
+    serving = metrics.get("serving")
+    if not serving:
+        return []
+    blocks: list[Block] = [Heading("Served model")]
+    if serving["requested"] == "torch":
+        return blocks + [Para(f"`serve.format: torch`: the served model is the PyTorch one "
+                              f"(`{serving['model_uri']}`).")]
+    blocks.append(Para(
+        f"`serve.format: {serving['requested']}` checked against PyTorch on the {metrics['n_test']} "
+        f"test documents: {serving['agreement']:.2%} of predicted labels agree, largest probability "
+        f"difference {serving['max_prob_diff']:.4f}, test accuracy {serving['accuracy']:.4f}; paired "
+        f"verdict: {serving['verdict']}. Served: **{serving['format']}** (`{serving['model_uri']}`)."))
+    if serving["fallback"]:
+        blocks.append(Alert(f"the {serving['requested']} export is not served: {serving['fallback']}; "
+                            "the PyTorch model is."))
     return blocks
 
 

@@ -1,0 +1,177 @@
+"""The served formats side by side in one run (issue 31): PyTorch float32 (the Predictor the
+torch pyfunc runs), ONNX float32, ONNX int8 (OnnxPredictor, what the ONNX pyfunc runs) and
+transformers.pipeline on the same model.
+
+    .venv/bin/python benchmarks/serving_formats.py speed [--model-dir models/model] [--docs 160]
+    .venv/bin/python benchmarks/serving_formats.py accuracy [--seeds 0 1 2 3 4] [--epochs 1]
+    .venv/bin/python benchmarks/serving_formats.py serve [--model-dir models/model] [--seconds 30]
+
+speed: documents/s on BBC articles at batch 1 and 16, max_length 128 and 256, each contender
+in its own process with --threads threads, contenders alternating, the best of --repeats.
+accuracy: per split seed, the real stages on BBC (ingest, tokenize, split, train, export,
+evaluate) in a temp folder; the test accuracy of PyTorch, ONNX float32 and int8, the label
+agreement with PyTorch and the paired verdict (evaluate's serving check).
+serve: `mlflow models serve` of each format's pyfunc, 1 and 4 workers, 8 concurrent clients
+each sending one short text per request for --seconds: requests/s, p50 and p99, errors.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+BBC = ROOT.parent / "shared" / "data" / "bbc"
+FORMATS = ("onnx", "onnx-int8")
+log = logging.getLogger("serving-formats")
+
+
+def bbc_texts(n: int) -> list[str]:
+    files = sorted(BBC.glob("*/*.txt"))
+    step = max(1, len(files) // n)
+    return [f.read_text(encoding="utf-8", errors="replace") for f in files[::step][:n]]
+
+
+def child(spec: dict) -> dict:
+    """One contender, one setting, in this process -> {docs_per_s}."""
+    import torch
+    torch.set_num_threads(spec["threads"])
+    os.environ["TEXTCLF_ONNX_THREADS"] = str(spec["threads"])
+    texts = bbc_texts(spec["docs"])
+    bs, ml = spec["batch_size"], spec["max_length"]
+    if spec["contender"] == "pipeline":
+        from transformers import pipeline
+        pipe = pipeline("text-classification", model=spec["model_dir"], device="cpu")
+        run = lambda batch: pipe(batch, batch_size=bs, truncation=True, max_length=ml, top_k=None)  # noqa: E731
+    else:
+        from textclf.inference.loading import load_predictor
+        folder = spec["model_dir"] if spec["contender"] == "torch" else spec["exports"][spec["contender"]]
+        predictor = load_predictor(folder, bs)
+        predictor.max_length = ml  # type: ignore[attr-defined]
+        run = predictor.predict_proba
+    run(texts[:4])  # warm-up: first-call allocations and kernel choices
+    start = time.perf_counter()
+    for i in range(0, len(texts), max(bs, 16)):  # requests of one batch (or 16 texts at batch 1)
+        if bs == 1:
+            for t in texts[i:i + 16]:
+                run([t])
+        else:
+            run(texts[i:i + bs])
+    return {"docs_per_s": len(texts) / (time.perf_counter() - start)}
+
+
+def exports_of(model_dir: str, work: Path) -> dict[str, str]:
+    from textclf.model.export import export_model
+    out = {}
+    for fmt in FORMATS:
+        export_model(model_dir, work / fmt, fmt)
+        out[fmt] = str(work / fmt)
+    return out
+
+
+def speed(args) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        exports = exports_of(args.model_dir, Path(tmp))
+        contenders = ["pipeline", "torch", *FORMATS]
+        rows = []
+        for ml in (128, 256):
+            for bs in (1, 16):
+                best = {c: 0.0 for c in contenders}
+                for rep in range(args.repeats):
+                    for c in contenders[rep % len(contenders):] + contenders[:rep % len(contenders)]:
+                        spec = {"contender": c, "model_dir": args.model_dir, "exports": exports, "batch_size": bs,
+                                "max_length": ml, "threads": args.threads, "docs": args.docs if bs > 1 else args.docs // 2}
+                        out = subprocess.run([sys.executable, __file__, "child", json.dumps(spec)],
+                                             capture_output=True, text=True, check=True)
+                        best[c] = max(best[c], json.loads(out.stdout.splitlines()[-1])["docs_per_s"])
+                rows.append((ml, bs, best))
+    print("| max_length | batch | " + " | ".join(f"{c} docs/s" for c in best) + " | int8 / pipeline | int8 / torch |")
+    print("|---" * (len(best) + 4) + "|")
+    for ml, bs, best in rows:
+        print(f"| {ml} | {bs} | " + " | ".join(f"{v:.1f}" for v in best.values())
+              + f" | {best['onnx-int8'] / best['pipeline']:.2f}x | {best['onnx-int8'] / best['torch']:.2f}x |")
+
+
+def accuracy(args) -> None:
+    import numpy as np
+    import yaml
+
+    from stages import baseline, evaluate, export, ingest, split, tokenize, train
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{Path(tmp) / 'mlflow.db'}"
+        for seed in args.seeds:
+            work = Path(tmp) / f"seed{seed}"
+            work.mkdir()
+            os.chdir(work)
+            params = yaml.safe_load((ROOT / "params.yaml").read_text())
+            params["ingest"]["source"] = str(BBC)
+            params["tokenize"]["max_length"] = args.max_length
+            params["split"]["seed"] = seed
+            params["train"].update(epochs=args.epochs, batch_size=16, lr_encoder=1e-4)
+            params["evaluate"]["register"] = False
+            p = ["--params", str(work / "params.yaml")]
+            result = {}
+            for fmt in FORMATS:
+                params["serve"]["format"] = fmt
+                (work / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+                if fmt == FORMATS[0]:
+                    ingest.main(p + ["--corpus", "c.parquet", "--report", "r.json"])
+                    tokenize.main(p + ["--corpus", "c.parquet", "--tokens", "t.parquet", "--stats", "s.json",
+                                       "--histogram", "h.csv"])
+                    split.main(p + ["--corpus", "c.parquet", "--splits", "sp.parquet", "--counts", "n.json"])
+                    train.main(p + ["--tokens", "t.parquet", "--splits", "sp.parquet", "--model-dir", "model",
+                                    "--curve", "curve.csv", "--guards", "guards.json", "--movement", "mv.csv",
+                                    "--run-file", "run.json", "--checkpoint-dir", "ckpt"])
+                    baseline.main(p + ["--corpus", "c.parquet", "--splits", "sp.parquet", "--out", "b.json",
+                                       "--predictions", "bp.parquet"])
+                export.main(p + ["--model-dir", "model", "--out", fmt])
+                evaluate.main(p + ["--tokens", "t.parquet", "--splits", "sp.parquet", "--model-dir", "model",
+                                   "--run-file", "run.json", "--guards", "guards.json", "--baseline", "b.json",
+                                   "--baseline-predictions", "bp.parquet", "--corpus", "c.parquet", "--export", fmt,
+                                   "--data-diff", "diff.json", "--metrics", f"m-{fmt}.json", "--confusion", "conf.csv",
+                                   "--per-class", "pc.csv", "--predictions", "pred.parquet"])
+                metrics = json.loads((work / f"m-{fmt}.json").read_text())
+                result["torch"], result["n"] = metrics["accuracy"], metrics["n_test"]
+                result[fmt] = metrics["serving"]
+            rows.append((seed, result))
+            log.warning("seed %d: %s", seed, json.dumps(result)[:400])
+    print("| split seed | test docs | torch acc | onnx acc | int8 acc | int8 agreement | int8 largest prob diff | int8 verdict | int8 served |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for seed, r in rows:
+        q = r["onnx-int8"]
+        print(f"| {seed} | {r['n']} | {100 * r['torch']:.2f} | {100 * r['onnx']['accuracy']:.2f} | "
+              f"{100 * q['accuracy']:.2f} | {100 * q['agreement']:.2f} % | {q['max_prob_diff']:.4f} | "
+              f"{q['verdict']} | {q['format']} |")
+    mean = lambda xs: float(np.mean(xs))  # noqa: E731
+    print(f"| mean | | {100 * mean([r['torch'] for _, r in rows]):.2f} | "
+          f"{100 * mean([r['onnx']['accuracy'] for _, r in rows]):.2f} | "
+          f"{100 * mean([r['onnx-int8']['accuracy'] for _, r in rows]):.2f} | "
+          f"{100 * mean([r['onnx-int8']['agreement'] for _, r in rows]):.2f} % | | | |")
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.WARNING)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if sys.argv[1:2] == ["child"]:
+        print(json.dumps(child(json.loads(sys.argv[2]))))
+        sys.exit(0)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("mode", choices=["speed", "accuracy", "serve"])
+    parser.add_argument("--model-dir", default=str(ROOT / "models" / "model"))
+    parser.add_argument("--docs", type=int, default=160)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--max-length", type=int, default=128)
+    parser.add_argument("--seconds", type=float, default=30)
+    args = parser.parse_args()
+    {"speed": speed, "accuracy": accuracy, "serve": lambda a: __import__("serving_load").main(a)}[args.mode](args)
