@@ -12,7 +12,7 @@ import torch
 from textclf.config import ModelParams, TextCNNParams, TokenizeParams
 from textclf.common import UserError
 from textclf.inference.loading import load_predictor
-from textclf.inference.onnx_predictor import OnnxPredictor
+from textclf.inference.onnx_predictor import OnnxPredictor, token_batches
 from textclf.inference.predictor import Predictor
 from textclf.model.export import export_model
 from textclf.model.modeling import build_model, load_tokenizer, save_model
@@ -140,3 +140,12 @@ def test_an_export_of_another_format_fails_in_one_line(prepared):
                            "--baseline-predictions", "bp.parquet", "--corpus", "c.parquet",
                            "--export", "export", "--data-diff", "diff.json", "--metrics", "m.json",
                            "--confusion", "conf.csv", "--per-class", "pc.csv", "--predictions", "pred.parquet"])
+
+
+def test_token_batches_cover_every_row_once_within_the_budget():
+    lengths = [256, 10, 128, 256, 40, 256, 256, 256, 3]
+    batches = token_batches(lengths, batch_size=16, budget=600)
+    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+    assert all(len(b) * max(lengths[i] for i in b) <= 600 or len(b) == 1 for b in batches)
+    assert [len(b) for b in batches][:3] == [2, 2, 2]  # five of 256 in pairs, the fifth with the 128
+    assert token_batches([5000], 16, 600) == [[0]]  # a row longer than the budget runs alone
