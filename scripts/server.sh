@@ -178,6 +178,7 @@ SELECT 'CREATE ROLE mlflow LOGIN' WHERE NOT EXISTS (SELECT FROM pg_roles WHERE r
 $alter
 SELECT 'CREATE DATABASE mlflow OWNER mlflow' WHERE NOT EXISTS (SELECT FROM pg_database WHERE datname = 'mlflow')\gexec
 SELECT 'CREATE DATABASE mlflow_auth OWNER mlflow' WHERE NOT EXISTS (SELECT FROM pg_database WHERE datname = 'mlflow_auth')\gexec
+SELECT 'CREATE DATABASE optuna OWNER mlflow' WHERE NOT EXISTS (SELECT FROM pg_database WHERE datname = 'optuna')\gexec
 SQL
   local given="the one in $PASSFILE"
   [ -z "${TEXTCLF_PG_PASSWORD:-}" ] || given=TEXTCLF_PG_PASSWORD

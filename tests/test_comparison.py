@@ -3,7 +3,8 @@ against cases worked out by hand."""
 import numpy as np
 import pytest
 
-from textclf.multiseed import queue_states, t_interval
+from textclf.multiseed import t_interval
+from textclf.tracking.dvc_exps import queue_states
 from textclf.evaluate.comparison import (BETTER, NO_DIFFERENCE, WORSE, bootstrap_interval, compare, headline,
                                 mcnemar_exact, per_class_accuracy, verdict)
 

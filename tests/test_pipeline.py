@@ -12,7 +12,8 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from textclf.multiseed import experiments, seed_row, table
+from textclf.multiseed import seed_row, table
+from textclf.tracking.dvc_exps import experiments
 
 from conftest import GIT_ENV, REPO, copy_repo, copy_reproduced, dvc, git, write_params
 

@@ -361,3 +361,38 @@ def test_postgres_down_fails_train_in_seconds_naming_the_database(served, team, 
     assert "PostgreSQL was down under the running mlflow server: restarting" in restarted.stdout
     assert "PostgreSQL started" in restarted.stdout and "mlflow server running" in restarted.stdout
     check_store(team.url)
+
+
+SWEEP_WORKER = """import json, sys, time
+from textclf.config import SweepParams, load_params
+from textclf.sweep.space import parse_space
+from textclf.sweep.study import ask, open_study
+cfg = SweepParams(n_trials=8, parallel=2, storage=sys.argv[1])
+dims = parse_space(load_params(sys.argv[2]))
+study = open_study(cfg, dims, [], cfg.storage, join=sys.argv[3] == "join")
+numbers = []
+if sys.argv[3] == "start":  # the first machine creates the study; both workers then join it
+    sys.exit(0)
+while (trial := ask(study, cfg, dims)) is not None:
+    time.sleep(0.05)  # a trial's work: the other worker asks meanwhile
+    study.tell(trial, trial.params["train.lr_encoder"])
+    numbers.append(trial.number)
+print(json.dumps(numbers))"""
+
+
+def test_two_sweep_workers_on_one_postgresql_study_run_disjoint_trials_n_trials_in_all(team, tmp_path):
+    """The study in the server's own `optuna` database: a second machine's --join shares it;
+    no trial runs twice, and n_trials is the total of both."""
+    password = (team.state / "postgres.password").read_text().strip()
+    url = f"postgresql+psycopg://mlflow:{password}@127.0.0.1:{team.env['TEXTCLF_PG_PORT']}/optuna"
+    params = write_params(tmp_path / "params.yaml")
+    run = [sys.executable, "-c", SWEEP_WORKER, url, str(params)]
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    started = subprocess.run(run + ["start"], capture_output=True, text=True, env=env, timeout=120)
+    assert started.returncode == 0, started.stderr[-2000:]
+    workers = [subprocess.Popen(run + ["join"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+               for _ in range(2)]
+    outputs = [w.communicate(timeout=120) for w in workers]
+    assert all(w.returncode == 0 for w in workers), [err[-2000:] for _, err in outputs]
+    mine, theirs = (set(json.loads(out.splitlines()[-1])) for out, _ in outputs)
+    assert not mine & theirs and len(mine | theirs) == 8 and mine and theirs, (mine, theirs)

@@ -208,6 +208,30 @@ class ServeParams(Section):
 
 
 @dataclass(frozen=True)
+class SweepParams(Section):
+    """python -m textclf.sweep (docs/sweeps.md): each trial is a queued DVC experiment of the
+    pipeline with the sampled params; no stage reads this section."""
+    where = "sweep"
+    study: str = "lr"  # the Optuna study and the MLflow parent run (sweep-<study>)
+    n_trials: int = ranged(12, 1, 10_000)  # in all, over every machine that joins
+    parallel: int = ranged(2, 1, 64)  # trials at once on this machine (dvc queue start -j)
+    objective: Literal["val_macro_f1", "val_loss"] = "val_macro_f1"  # at the kept epoch; never test
+    seed: int = ranged(42, 0, 2**32 - 1)  # the sampler's
+    storage: str = ""  # Optuna RDB URL (postgresql://… for several machines); empty: .sweep/optuna.db
+    # param -> {log_uniform: [low, high]} | {uniform: [low, high]} | {int: [low, high]} | {choice: [...]}
+    space: dict[str, dict] = field(
+        default_factory=lambda: {"train.lr_encoder": {"log_uniform": [1.0e-6, 1.0e-2]}})
+
+    def check(self) -> None:
+        if not self.study.strip() or not all(c.isalnum() or c in "-_" for c in self.study):
+            raise UserError(f"params.yaml: sweep.study={self.study!r} must be a name of letters, "
+                            "digits, - and _ (it names DVC experiments).")
+        if not self.space:
+            raise UserError("params.yaml: sweep.space is empty; give at least one param, e.g. "
+                            "train.lr_encoder: {log_uniform: [1.0e-6, 1.0e-2]}.")
+
+
+@dataclass(frozen=True)
 class Params:
     """The whole params file, one typed section per field."""
     ingest: IngestParams = field(default_factory=IngestParams)
@@ -218,6 +242,7 @@ class Params:
     baseline: BaselineParams = field(default_factory=BaselineParams)
     evaluate: EvaluateParams = field(default_factory=EvaluateParams)
     serve: ServeParams = field(default_factory=ServeParams)
+    sweep: SweepParams = field(default_factory=SweepParams)
 
     def sections(self, names: Iterable[str]) -> dict[str, Section]:
         """{name: section} of the named sections (what a stage logs; flatten takes it)."""

@@ -16,23 +16,11 @@ import json
 import logging
 import os
 import statistics
-import subprocess
-import time
+
+from textclf.common import run_stage
+from textclf.tracking.dvc_exps import dvc, experiments, queue, run_queued
 
 log = logging.getLogger("multiseed")
-POLL_SECONDS = 15
-
-
-def experiments(shown: list[dict]) -> dict[str, dict]:
-    """`dvc exp show --json` -> {experiment name: metrics of reports/metrics.json}."""
-    out = {}
-    for baseline in shown:
-        for exp in baseline.get("experiments") or []:
-            rev = exp["revs"][0]
-            data = (rev.get("data") or {}).get("metrics", {}).get("reports/metrics.json", {})
-            if rev.get("name") and data.get("data"):
-                out[rev["name"]] = data["data"]
-    return out
 
 
 def seed_row(seed: int, m: dict) -> dict:
@@ -96,36 +84,10 @@ def read_preset(path: str | None) -> list[str]:
     return [line for line in lines if line]
 
 
-STATES = ("Queued", "Running", "Success", "Failed")
-
-
-def dvc(*args: str) -> str:
-    return subprocess.run(["dvc", *args], capture_output=True, text=True, check=True).stdout
-
-
-def queue_states(status: str, names: list[str]) -> dict[str, str]:
-    """`dvc queue status` text -> {experiment name: Queued | Running | Success | Failed | ...}
-    for the names given, matched as whole fields (seeds-s1 is not seeds-s10)."""
-    states = {}
-    for line in status.splitlines():
-        fields = line.split()
-        for name in names:
-            if name in fields:
-                states[name] = next((f for f in fields if f in STATES), "unknown")
-    return states
-
-
 def queue_and_wait(names: dict[int, str], overrides: list[str], jobs: int) -> None:
     for seed, name in names.items():
-        dvc("exp", "run", "--queue", "-n", name, "-S", f"split.seed={seed}",
-            *[a for o in overrides for a in ("-S", o)])
-    dvc("queue", "start", "-j", str(jobs))
-    log.info("queued %s; waiting (dvc queue status / dvc queue logs NAME show progress)", ", ".join(names.values()))
-    while True:
-        states = queue_states(dvc("queue", "status"), list(names.values()))
-        if not [n for n, s in states.items() if s in ("Queued", "Running")]:
-            break
-        time.sleep(POLL_SECONDS)
+        queue(name, [f"split.seed={seed}", *overrides])
+    states = run_queued(list(names.values()), jobs)
     failed = [n for n, s in states.items() if s == "Failed"]
     if failed:
         raise SystemExit(f"experiments {', '.join(failed)} failed (see `dvc queue logs NAME`).")
@@ -169,4 +131,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_stage(main)  # a failing dvc command: one line, exit 1

@@ -1,0 +1,102 @@
+"""What a sweep found, for people with and without MLflow: reports/sweep.json and sweep.md (every
+trial: its params, score or failure, warnings, DVC experiment), and the study's parent run (the
+best trial's params and score, the summary, Optuna's figures)."""
+from __future__ import annotations
+
+import logging
+import tempfile
+from pathlib import Path
+
+import optuna
+from optuna.trial import TrialState
+
+from textclf.common import write_json
+
+log = logging.getLogger(__name__)
+
+
+def rows(study: optuna.Study) -> list[dict]:
+    out = []
+    for t in study.get_trials(deepcopy=False):
+        if t.state == TrialState.FAIL and "reason" not in t.user_attrs:
+            continue  # interrupted, or asked past n_trials: not one of the study's trials
+        out.append({"trial": t.number, "experiment": t.user_attrs.get("experiment"), "params": t.params,
+                    "state": t.state.name.lower(), "value": t.value, "reason": t.user_attrs.get("reason"),
+                    "warnings": t.user_attrs.get("warnings", []), "run_id": t.user_attrs.get("run_id")})
+    return out
+
+
+def summary(study: optuna.Study, objective: str) -> dict:
+    trials = rows(study)
+    complete = [r for r in trials if r["state"] == "complete"]
+    best = None
+    if complete:
+        b = study.best_trial
+        best = {"trial": b.number, "experiment": b.user_attrs.get("experiment"), "params": b.params,
+                "value": b.value, "run_id": b.user_attrs.get("run_id")}
+    return {"study": study.study_name, "objective": objective, "direction": study.direction.name.lower(),
+            "complete": len(complete), "failed": len(trials) - len(complete), "best": best, "trials": trials}
+
+
+def markdown(found: dict) -> str:
+    names = sorted({k for r in found["trials"] for k in r["params"]})
+    lines = [f"# Sweep {found['study']}", ""]
+    if found["best"]:
+        b = found["best"]
+        lines += [f"Best: trial {b['trial']} (`dvc exp apply {b['experiment']}`), {found['objective']} "
+                  f"{b['value']:.4f}, " + ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
+                                                      for k, v in b["params"].items()) + ".", ""]
+    else:
+        lines += ["No trial completed without a guard alarm.", ""]
+    lines += ["| trial | experiment | " + " | ".join(names) + f" | {found['objective']} | guards |",
+              "|---|---|" + "---|" * len(names) + "---|---|"]
+    for r in found["trials"]:
+        values = [f"{r['params'][n]:.3g}" if isinstance(r["params"].get(n), float) else str(r["params"].get(n, ""))
+                  for n in names]
+        score = f"{r['value']:.4f}" if r["value"] is not None else (r["state"] if not r["reason"] else "failed")
+        guards = r["reason"] or ", ".join(r["warnings"]) or "pass"
+        lines.append(f"| {r['trial']} | {r['experiment']} | " + " | ".join(values) + f" | {score} | {guards} |")
+    return "\n".join(lines) + "\n"
+
+
+def figures(study: optuna.Study, folder: Path, lr_name: str | None) -> list[Path]:
+    """Optuna's optimization history, parameter importances and a slice plot, as PNG files;
+    each only when the study has what it needs (two complete trials, two params to rank)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    from optuna.visualization import matplotlib as plots
+
+    made = []
+    wanted = {"optimization_history.png": lambda: plots.plot_optimization_history(study),
+              "param_importances.png": lambda: plots.plot_param_importances(study),
+              "slice.png": lambda: plots.plot_slice(study, params=[lr_name] if lr_name else None)}
+    complete = len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
+    for name, draw in wanted.items():
+        if complete < 2 or (name == "param_importances.png" and len(study.best_trial.params) < 2):
+            continue
+        axes = draw()
+        axes.figure.savefig(folder / name, dpi=100, bbox_inches="tight")
+        made.append(folder / name)
+    return made
+
+
+def write(study: optuna.Study, objective: str, out_json: Path, client, parent_id: str) -> dict:
+    found = summary(study, objective)
+    write_json(out_json, found)
+    out_md = out_json.with_suffix(".md")
+    out_md.write_text(markdown(found), encoding="utf-8")
+    if found["best"]:
+        for key, value in found["best"]["params"].items():  # tags: a resumed sweep's best may change
+            client.set_tag(parent_id, f"best.{key}", value)
+        client.set_tag(parent_id, "best.experiment", found["best"]["experiment"])
+        client.log_metric(parent_id, f"best_{objective}", found["best"]["value"])
+    client.log_metric(parent_id, "trials_complete", found["complete"])
+    client.log_metric(parent_id, "trials_failed", found["failed"])
+    client.log_artifact(parent_id, str(out_json))
+    client.log_artifact(parent_id, str(out_md))
+    with tempfile.TemporaryDirectory() as tmp:
+        lr = next((n for n in (found["best"] or {}).get("params", {}) if "lr" in n), None)
+        for png in figures(study, Path(tmp), lr):
+            client.log_artifact(parent_id, str(png), "figures")
+    return found
+

@@ -1,0 +1,140 @@
+"""python -m textclf.sweep: the space and its refusals before any training, the study's checks
+(one search per study, one SQLite worker, n_trials in all), trials judged by their guards in a
+real MLflow store, and (slow) a study end to end through real queued DVC experiments on the
+tiny RANDOM BERT (plumbing: which learning rate wins is not the point there)."""
+import json
+import os
+import subprocess
+import sys
+
+import optuna
+import pytest
+from mlflow.tracking import MlflowClient
+
+from textclf.common import UserError
+from textclf.config import SweepParams, load_params
+from textclf.sweep.space import parse_space
+from textclf.sweep.study import ask, counted, open_study, single_worker_lock
+from textclf.sweep.trials import judge
+
+from conftest import GIT_ENV, copy_repo, dvc, write_params
+
+
+def space_of(tmp_path, space: dict):
+    return parse_space(load_params(write_params(tmp_path / "params.yaml", sweep={"space": space})))
+
+
+@pytest.mark.parametrize("space, message", [
+    ({"train.lr_encodr": {"log_uniform": [1e-6, 1e-2]}}, "Did you mean 'lr_encoder'"),
+    ({"trian.lr_encoder": {"log_uniform": [1e-6, 1e-2]}}, "Did you mean 'train'"),
+    ({"sweep.n_trials": {"int": [1, 5]}}, "not a param a trial can set"),
+    ({"train.lr_encoder": {"log_uniform": [1e-2, 1e-6]}}, "is empty; low must be below high"),
+    ({"train.lr_encoder": {"log_uniform": [0, 1e-2]}}, "log_uniform needs low > 0"),
+    ({"train.lr_encoder": {"log_uniform": [1e-6, 2.0]}}, "train.lr_encoder=2.0 is out of range"),
+    ({"train.optimizer": {"choice": ["adamw", "sgd"]}}, "train.optimizer='sgd' must be one of"),
+    ({"train.batch_size": {"choice": [8, "sixteen"]}}, "train.batch_size='sixteen' must be an integer"),
+    ({"train.epochs": {"int": [1.5, 4]}}, "int needs [low, high], two integers"),
+    ({"train.epochs": {"range": [1, 4]}}, "must be one of {log_uniform"),
+    ({"train.optimizer": {"choice": []}}, "non-empty list"),
+])
+def test_a_bad_space_is_refused_in_one_line_before_any_training(tmp_path, space, message):
+    with pytest.raises(UserError) as err:
+        space_of(tmp_path, space)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_the_space_gives_optuna_distributions_and_dvc_overrides(tmp_path):
+    dims = space_of(tmp_path, {"train.lr_encoder": {"log_uniform": [1e-6, 1e-2]},
+                               "model.textcnn.num_filters": {"int": [8, 64]},
+                               "train.optimizer": {"choice": ["adamw", "adam"]}})
+    assert [d.distribution().__class__.__name__ for d in dims] == ["FloatDistribution", "IntDistribution",
+                                                                    "CategoricalDistribution"]
+    assert dims[0].distribution().log and dims[0].override(3e-5) == "train.lr_encoder=3e-05"
+    assert dims[1].override(16) == "model.textcnn.num_filters=16"
+
+
+def study_of(tmp_path, **changes):
+    cfg = SweepParams(**{"n_trials": 3, **changes})
+    dims = parse_space(load_params(write_params(tmp_path / "params.yaml", sweep={"space": cfg.space})))
+    return cfg, dims, f"sqlite:///{tmp_path / 'optuna.db'}"
+
+
+def test_a_study_is_one_search_and_takes_n_trials_in_all(tmp_path):
+    cfg, dims, url = study_of(tmp_path)
+    study = open_study(cfg, dims, ["tokenize.max_length=64"], url, join=False)
+    with pytest.raises(UserError, match="exists with another fixed"):
+        open_study(cfg, dims, [], url, join=False)
+    (tmp_path / "other").mkdir()
+    other, other_dims, _ = study_of(tmp_path / "other", space={"train.lr_head": {"uniform": [1e-4, 1e-2]}})
+    with pytest.raises(UserError, match="exists with another space"):
+        open_study(other, other_dims, ["tokenize.max_length=64"], url, join=False)
+    with pytest.raises(UserError, match="--join needs a study other machines reach"):
+        open_study(cfg, dims, [], url, join=True)
+    trials = [ask(study, cfg, dims) for _ in range(4)]
+    assert [t is None for t in trials] == [False, False, False, True]  # the fourth is past n_trials
+    assert len(counted(study)) == 3 and trials[0].user_attrs["experiment"] == "lr-t0"
+    assert 1e-6 <= trials[0].params["train.lr_encoder"] <= 1e-2
+
+
+def test_a_sqlite_study_takes_one_worker(tmp_path):
+    url = f"sqlite:///{tmp_path / 'optuna.db'}"
+    held = single_worker_lock(url, "lr", tmp_path)
+    with pytest.raises(UserError, match="another sweep of study 'lr' is running on this machine"):
+        single_worker_lock(url, "lr", tmp_path)
+    held.close()
+    single_worker_lock(url, "lr", tmp_path).close()  # free again
+    assert single_worker_lock("postgresql://h/db", "lr", tmp_path) is None  # PostgreSQL: many
+
+
+def test_a_trial_with_a_guard_alarm_failed_and_a_warning_is_listed(tmp_path):
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    exp = client.create_experiment("textclf")
+    for name, collapse in (("lr-t0", "collapsed"), ("lr-t1", "recovered")):
+        run = client.create_run(exp, tags={"dvc.exp_name": name, "guard.collapse": collapse,
+                                           "guard.load_audit": "pass"})
+        for epoch, f1 in ((1, 0.2), (2, 0.6), (3, 0.5)):
+            client.log_metric(run.info.run_id, "val_macro_f1", f1, step=epoch)
+        client.log_metric(run.info.run_id, "kept_epoch", 2)
+    alarm = judge(client, exp, "lr-t0", "Success", "val_macro_f1")
+    assert alarm.value is None and alarm.reason == "guard alarm: collapse=collapsed"
+    kept = judge(client, exp, "lr-t1", "Success", "val_macro_f1")
+    assert kept.value == 0.6 and kept.warnings == ["collapse=recovered"]  # the kept epoch's, not the last
+    failed = judge(client, exp, "lr-t1", "Failed", "val_macro_f1")
+    assert failed.value is None and "dvc queue logs lr-t1" in failed.reason
+    assert "not in the tracking store" in judge(client, exp, "lr-t9", "Success", "val_macro_f1").reason
+
+
+@pytest.mark.slow
+def test_a_sweep_end_to_end_through_queued_dvc_experiments(tmp_path, tiny_random_bert):
+    """3 trials, 2 at a time, as real queued DVC experiments: every trial in dvc exp show and in
+    MLflow as a child of the study's run; an alarm trial is never best; rerunning the finished
+    sweep runs nothing more."""
+    repo = copy_repo(tmp_path / "repo")
+    write_params(repo / "params.yaml", model={"name": str(tiny_random_bert)},
+                 tokenize={"max_length": 64}, train={"epochs": 1, "lr_head": 1e-2},
+                 sweep={"n_trials": 3, "parallel": 2, "space": {"train.lr_encoder": {"log_uniform": [1e-5, 1e-1]}}})
+    env = {**os.environ, **GIT_ENV, "PATH": f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}"}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    subprocess.run(["git", "commit", "-qam", "sweep"], cwd=repo, check=True, env=env)
+    for _ in range(2):  # the second run finds the study complete
+        proc = subprocess.run([sys.executable, "-m", "textclf.sweep"], cwd=repo, env=env,
+                              capture_output=True, text=True, timeout=1500)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    found = json.loads((repo / "reports" / "sweep.json").read_text())
+    assert len(found["trials"]) == 3 and found["complete"] + found["failed"] == 3
+    shown = dvc(repo, "exp", "show", "--json", "--all-commits")
+    assert all(f'"{t["experiment"]}"' in shown for t in found["trials"])
+    client = MlflowClient(f"sqlite:///{repo / 'mlflow.db'}")
+    parent = client.search_runs([client.get_experiment_by_name("textclf").experiment_id],
+                                filter_string="tags.`sweep.parent` = 'true'")[0]
+    for trial in found["trials"]:
+        tags = client.get_run(trial["run_id"]).data.tags
+        assert tags["mlflow.parentRunId"] == parent.info.run_id and tags["sweep.trial"] == str(trial["trial"])
+        assert (trial["state"] == "fail") == (trial["reason"] is not None)
+    if found["best"]:
+        best = next(t for t in found["trials"] if t["trial"] == found["best"]["trial"])
+        assert best["state"] == "complete" and not (best["reason"] or "").startswith("guard alarm")
+        assert parent.data.metrics["best_val_macro_f1"] == best["value"]
+    assert "| trial | experiment | train.lr_encoder |" in (repo / "reports" / "sweep.md").read_text()
+    assert len(optuna.load_study(study_name="lr", storage=f"sqlite:///{repo / '.sweep' / 'optuna.db'}")
+               .get_trials()) == 3
