@@ -4,8 +4,10 @@ real MLflow store, and (slow) a study end to end through real queued DVC experim
 tiny RANDOM BERT (plumbing: which learning rate wins is not the point there)."""
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import optuna
 import pytest
@@ -104,18 +106,24 @@ def test_a_trial_with_a_guard_alarm_failed_and_a_warning_is_listed(tmp_path):
     assert "not in the tracking store" in judge(client, exp, "lr-t9", "Success", "val_macro_f1").reason
 
 
+def sweep_repo(tmp_path, bert, **sweep) -> tuple:
+    """A repo copy on the tiny random BERT with `sweep` params, committed -> (repo, env)."""
+    repo = copy_repo(tmp_path / "repo")
+    write_params(repo / "params.yaml", model={"name": str(bert)}, tokenize={"max_length": 64},
+                 train={"epochs": 1, "lr_head": 1e-2},
+                 sweep={"space": {"train.lr_encoder": {"log_uniform": [1e-5, 1e-1]}}, **sweep})
+    env = {**os.environ, **GIT_ENV, "PATH": f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}"}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    subprocess.run(["git", "commit", "-qam", "sweep"], cwd=repo, check=True, env=env)
+    return repo, env
+
+
 @pytest.mark.slow
 def test_a_sweep_end_to_end_through_queued_dvc_experiments(tmp_path, tiny_random_bert):
     """3 trials, 2 at a time, as real queued DVC experiments: every trial in dvc exp show and in
     MLflow as a child of the study's run; an alarm trial is never best; rerunning the finished
     sweep runs nothing more."""
-    repo = copy_repo(tmp_path / "repo")
-    write_params(repo / "params.yaml", model={"name": str(tiny_random_bert)},
-                 tokenize={"max_length": 64}, train={"epochs": 1, "lr_head": 1e-2},
-                 sweep={"n_trials": 3, "parallel": 2, "space": {"train.lr_encoder": {"log_uniform": [1e-5, 1e-1]}}})
-    env = {**os.environ, **GIT_ENV, "PATH": f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}"}
-    env.pop("MLFLOW_TRACKING_URI", None)
-    subprocess.run(["git", "commit", "-qam", "sweep"], cwd=repo, check=True, env=env)
+    repo, env = sweep_repo(tmp_path, tiny_random_bert, n_trials=3, parallel=2)
     for _ in range(2):  # the second run finds the study complete
         proc = subprocess.run([sys.executable, "-m", "textclf.sweep"], cwd=repo, env=env,
                               capture_output=True, text=True, timeout=1500)
@@ -138,3 +146,33 @@ def test_a_sweep_end_to_end_through_queued_dvc_experiments(tmp_path, tiny_random
     assert "| trial | experiment | train.lr_encoder |" in (repo / "reports" / "sweep.md").read_text()
     assert len(optuna.load_study(study_name="lr", storage=f"sqlite:///{repo / '.sweep' / 'optuna.db'}")
                .get_trials()) == 3
+
+
+def test_trials_register_no_model_version_unless_told_and_a_sampled_param_is_not_fixed(tmp_path):
+    from textclf.sweep.__main__ import fixed_params
+    dims = space_of(tmp_path, {"train.lr_encoder": {"log_uniform": [1e-6, 1e-2]}})
+    assert fixed_params(["tokenize.max_length=64"], dims) == ["tokenize.max_length=64", "evaluate.register=false"]
+    assert fixed_params(["evaluate.register=true"], dims) == ["evaluate.register=true"]
+    for bad, message in (("train.lr_encoder=1e-5", "is in sweep.space"), ("max_length", "give key=value")):
+        with pytest.raises(UserError, match=message):
+            fixed_params([bad], dims)
+
+
+@pytest.mark.slow
+def test_an_interrupted_sweep_resumes_with_the_same_command(tmp_path, tiny_random_bert):
+    """Ctrl-C while the first trial runs: the sweep exits 130, the trial is stopped and not
+    counted; the same command then runs n_trials that count, the interrupted one not among them."""
+    repo, env = sweep_repo(tmp_path, tiny_random_bert, n_trials=2, parallel=1)
+    cmd = [sys.executable, "-m", "textclf.sweep"]
+    with open(tmp_path / "first.log", "w") as out:
+        proc = subprocess.Popen(cmd, cwd=repo, env=env, stdout=out, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 300
+    while "Running" not in dvc(repo, "queue", "status") and time.monotonic() < deadline:
+        time.sleep(1)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=120) == 130, (tmp_path / "first.log").read_text()[-2000:]
+    done = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True, timeout=1500)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads((repo / "reports" / "sweep.json").read_text())
+    assert [t["experiment"] for t in found["trials"]] == ["lr-t1", "lr-t2"]  # lr-t0 was interrupted
+    assert found["complete"] + found["failed"] == 2

@@ -29,7 +29,9 @@ log = logging.getLogger("textclf.sweep")
 
 
 def fixed_params(overrides: list[str], dims) -> list[str]:
-    """-S values every trial gets; one the space samples, or not key=value, is refused."""
+    """-S values every trial gets; one the space samples, or not key=value, is refused. Trials
+    register no model version (evaluate.register=false) unless -S says otherwise: the registry
+    picks a champion by test score, and twelve trials to pick from would select on the test set."""
     names = {d.name for d in dims}
     for item in overrides:
         key, eq, _ = item.partition("=")
@@ -37,7 +39,8 @@ def fixed_params(overrides: list[str], dims) -> list[str]:
             raise UserError(f"-S {item!r}: give key=value, as for dvc exp run -S.")
         if key in names:
             raise UserError(f"-S {item!r}: {key} is in sweep.space; the sampler sets it.")
-    return overrides
+    given = {o.partition("=")[0] for o in overrides}
+    return overrides + ([] if "evaluate.register" in given else ["evaluate.register=false"])
 
 
 def main(argv: list[str] | None = None) -> None:
