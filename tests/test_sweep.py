@@ -176,3 +176,22 @@ def test_an_interrupted_sweep_resumes_with_the_same_command(tmp_path, tiny_rando
     found = json.loads((repo / "reports" / "sweep.json").read_text())
     assert [t["experiment"] for t in found["trials"]] == ["lr-t1", "lr-t2"]  # lr-t0 was interrupted
     assert found["complete"] + found["failed"] == 2
+
+
+def test_the_summary_lists_every_counted_trial_and_draws_optunas_figures(tmp_path):
+    from textclf.sweep.summary import figures, markdown, summary
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(direction="maximize")
+    for value in (0.8, 0.9, 0.85):
+        trial = study.ask({"train.lr_encoder": optuna.distributions.FloatDistribution(1e-6, 1e-2, log=True)})
+        study.tell(trial, value)
+    alarm = study.ask()
+    alarm.set_user_attr("reason", "guard alarm: collapse=collapsed")
+    study.tell(alarm, state=optuna.trial.TrialState.FAIL)
+    study.tell(study.ask(), state=optuna.trial.TrialState.FAIL)  # interrupted: no reason, not listed
+    found = summary(study, "val_macro_f1")
+    assert (found["complete"], found["failed"], found["best"]["trial"]) == (3, 1, 1)
+    assert "| 3 | None |  | failed | guard alarm: collapse=collapsed |" in markdown(found)
+    made = figures(study, tmp_path, "train.lr_encoder")
+    assert [p.name for p in made] == ["optimization_history.png", "param_importances.png", "slice.png"]
+    assert all(p.stat().st_size > 1000 for p in made)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import tempfile
+import warnings
 from pathlib import Path
 
 import optuna
@@ -60,8 +61,8 @@ def markdown(found: dict) -> str:
 
 
 def figures(study: optuna.Study, folder: Path, lr_name: str | None) -> list[Path]:
-    """Optuna's optimization history, parameter importances and a slice plot, as PNG files;
-    each only when the study has what it needs (two complete trials, two params to rank)."""
+    """Optuna's optimization history, parameter importances and a slice plot, as PNG files,
+    once two trials are complete (what the plots need)."""
     import matplotlib
     matplotlib.use("Agg")
     from optuna.visualization import matplotlib as plots
@@ -71,10 +72,12 @@ def figures(study: optuna.Study, folder: Path, lr_name: str | None) -> list[Path
               "param_importances.png": lambda: plots.plot_param_importances(study),
               "slice.png": lambda: plots.plot_slice(study, params=[lr_name] if lr_name else None)}
     complete = len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
+    if complete < 2:
+        return made
     for name, draw in wanted.items():
-        if complete < 2 or (name == "param_importances.png" and len(study.best_trial.params) < 2):
-            continue
-        axes = draw()
+        with warnings.catch_warnings():  # Optuna marks its matplotlib plots experimental
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            axes = draw()
         axes.figure.savefig(folder / name, dpi=100, bbox_inches="tight")
         made.append(folder / name)
     return made
