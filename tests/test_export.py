@@ -114,7 +114,7 @@ def test_an_export_that_disagrees_is_not_served(prepared, caplog):
                            "--confusion", "conf.csv", "--per-class", "pc.csv", "--predictions", "pred.parquet"])
     bad = json.loads((tmp / "m2.json").read_text())["serving"]
     assert bad["format"] == "torch" and bad["requested"] == "onnx" and bad["agreement"] < 0.99
-    assert "below serve.min_agreement 99.0%" in bad["fallback"]
+    assert "test labels (0.00%) agree with PyTorch's, below serve.min_agreement 99.00%" in bad["fallback"]
     assert bad["model_uri"] == good["mlflow"]["torch_model_uri"]
     assert [r.message for r in caplog.records if "serving PyTorch, not onnx" in r.message]
     import mlflow

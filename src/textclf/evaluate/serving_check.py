@@ -43,8 +43,8 @@ def check_export(export_dir: str, input_ids, y_true: np.ndarray, torch_probs: np
     cmp = compare(ours == y_true, theirs == y_true, cfg.bootstrap, cfg.seed, cfg.alpha)
     reasons = []
     if agreement < serve.min_agreement:
-        reasons.append(f"{agreement:.1%} of its test labels agree with PyTorch's, below "
-                       f"serve.min_agreement {serve.min_agreement:.1%}")
+        reasons.append(f"{int((ours == theirs).sum())} of its {len(ours)} test labels ({agreement:.2%}) "
+                       f"agree with PyTorch's, below serve.min_agreement {serve.min_agreement:.2%}")
     if cmp["verdict"] == WORSE:
         reasons.append(f"significantly worse than PyTorch on the test split ({cmp['difference']:+.1%}, "
                        f"McNemar p = {cmp['mcnemar_p']:.3g})")
