@@ -78,6 +78,7 @@ def serve(uri: str, workers: int, work: Path, seconds: float) -> dict:
     port = free_port()
     threads = str(max(1, (os.cpu_count() or 2) // workers))
     env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{work / 'mlflow.db'}", "OMP_NUM_THREADS": threads,
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",  # it execs uvicorn
            "TEXTCLF_ONNX_THREADS": threads, "TEXTCLF_SERVE_MAX_ROWS": "1000"}
     cmd = [sys.executable, "-m", "mlflow", "models", "serve", "-m", uri, "-h", "127.0.0.1", "-p", str(port),
            "--workers", str(workers), "--env-manager", "local"]
@@ -85,17 +86,20 @@ def serve(uri: str, workers: int, work: Path, seconds: float) -> dict:
         proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
+        while True:
             try:
                 urllib.request.urlopen(f"http://127.0.0.1:{port}/ping", timeout=2)
                 break
             except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit(f"the server did not start: {(work / 'serve.log').read_text()[-2000:]}")
                 time.sleep(0.5)
         load(f"http://127.0.0.1:{port}", 3)  # warm every worker
         return load(f"http://127.0.0.1:{port}", seconds)
     finally:
-        os.killpg(proc.pid, 15)
-        proc.wait(timeout=60)
+        if proc.poll() is None:
+            os.killpg(proc.pid, 15)
+            proc.wait(timeout=60)
 
 
 def main(args) -> None:

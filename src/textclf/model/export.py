@@ -57,7 +57,12 @@ def quantize_int8(source: Path, target: Path) -> None:
     1 % of the test labels of a model, per-channel none, at the same speed (docs/benchmarks.md)."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    quantize_dynamic(str(source), str(target), weight_type=QuantType.QInt8, per_channel=True)
+    root = logging.getLogger()
+    level, root.level = root.level, logging.ERROR  # its advice to pre-process first, on the root
+    try:  # logger: that pre-processing (symbolic shape inference) fails on these graphs
+        quantize_dynamic(str(source), str(target), weight_type=QuantType.QInt8, per_channel=True)
+    finally:
+        root.setLevel(level)
 
 
 def export_model(model_dir: str | Path, out_dir: str | Path, fmt: str) -> dict:
