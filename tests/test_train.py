@@ -74,8 +74,9 @@ def test_train_then_evaluate_log_one_run(tiny_trained, tmp_path):
     assert {"encoder", "head"} == set(movement["part"]) and (movement["relative_change"] >= 0).all()
     assert "param_groups.json" in {a.path for a in client.list_artifacts(run.info.run_id)}
 
-    model_uri = run_file["model_uri"]
-    assert metrics["mlflow"]["model_uri"] == model_uri
+    model_uri = run_file["model_uri"]  # the PyTorch pyfunc; metrics name the served one too
+    assert metrics["mlflow"]["torch_model_uri"] == model_uri
+    assert metrics["mlflow"]["model_uri"] == metrics["serving"]["model_uri"]
     mlflow.set_tracking_uri(run_file["tracking_uri"])  # conftest restores it after the test
     logged = Path(mlflow.artifacts.download_artifacts(artifact_uri=model_uri, dst_path=str(tmp_path)))
     files = {p.relative_to(logged).as_posix() for p in logged.rglob("*") if p.is_file()}

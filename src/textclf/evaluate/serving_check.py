@@ -64,7 +64,6 @@ def served_model(export_dir: str, model_dir: str, corpus: str, doc_ids: list[str
     if serving["format"] == "torch":
         return training["model_uri"]
     mlflow.set_tracking_uri(training["tracking_uri"])
-    mlflow.set_experiment(experiment_id=training["experiment_id"])  # the run's, not the default one
     md5 = file_md5(Path(export_dir) / read_export(export_dir)["file"])
     logged = mlflow.MlflowClient().search_logged_models(  # an evaluate rerun: logged already
         experiment_ids=[training["experiment_id"]], max_results=1,
@@ -72,7 +71,7 @@ def served_model(export_dir: str, model_dir: str, corpus: str, doc_ids: list[str
     if logged:
         return f"models:/{logged[0].model_id}"
     info = log_pyfunc(model_dir, read_texts(corpus, doc_ids[:EXAMPLES]), export_dir,
-                      run_id=training["run_id"], tags={"export_md5": md5})
+                      into=(training["experiment_id"], training["run_id"]), tags={"export_md5": md5})
     log.info("serving %s: %s (agreement with PyTorch %.2f%%, largest probability difference %.4f)",
              serving["format"], info.model_uri, 100 * serving["agreement"], serving["max_prob_diff"])
     return info.model_uri

@@ -124,10 +124,11 @@ def pinned_requirements(names: tuple[str, ...] = REQUIREMENTS) -> list[str]:
 
 
 def log_pyfunc(model_dir: str | Path, examples: list[str], export_dir: str | Path | None = None,
-               run_id: str | None = None, tags: dict[str, str] | None = None):
+               into: tuple[str, str] | None = None, tags: dict[str, str] | None = None):
     """Log the model folder (or, given export_dir, the exported ONNX model) as a pyfunc
-    under run_id, or the active run -> mlflow ModelInfo. Into a finished run (evaluate logs
-    the export) without reopening it: its status and end time stay training's."""
+    under the active run, or `into` (experiment id, run id) -> mlflow ModelInfo. Into a
+    finished run (evaluate logs the export) without reopening it: its status and end time
+    stay training's, and MLflow's current experiment is left alone."""
     from mlflow.models import Model
 
     predictor: TextPredictor
@@ -141,8 +142,14 @@ def log_pyfunc(model_dir: str | Path, examples: list[str], export_dir: str | Pat
         artifacts = {"onnx_dir": str(export_dir)}
     example = pd.DataFrame({TEXT_COLUMN: examples})
     signature = infer_signature(example, predictor.predict(examples))
-    return Model.log(artifact_path=None, name=name, flavor=mlflow.pyfunc, run_id=run_id,
+    where: dict = {"tags": tags}
+    if into:  # the logged model made in the run's experiment, so no current experiment is set
+        experiment_id, run_id = into
+        model = mlflow.initialize_logged_model(name=name, source_run_id=run_id, tags=tags,
+                                               experiment_id=experiment_id)
+        where = {"run_id": run_id, "model_id": model.model_id}
+    return Model.log(artifact_path=None, name=name, flavor=mlflow.pyfunc, **where,
                      python_model=str(PACKAGE / "inference" / "pyfunc_entry.py"),
                      artifacts=artifacts, code_paths=[str(PACKAGE)], signature=signature,
-                     input_example=example, pip_requirements=pinned_requirements(requirements), tags=tags,
+                     input_example=example, pip_requirements=pinned_requirements(requirements),
                      flavor_name="pyfunc.ModelFromCode")  # what mlflow.pyfunc.log_model records

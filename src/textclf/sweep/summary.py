@@ -67,7 +67,7 @@ def figures(study: optuna.Study, folder: Path, lr_name: str | None) -> list[Path
     matplotlib.use("Agg")
     from optuna.visualization import matplotlib as plots
 
-    made = []
+    made: list[Path] = []
     wanted = {"optimization_history.png": lambda: plots.plot_optimization_history(study),
               "param_importances.png": lambda: plots.plot_param_importances(study),
               "slice.png": lambda: plots.plot_slice(study, params=[lr_name] if lr_name else None)}
