@@ -102,8 +102,10 @@ def test_a_trial_with_a_guard_alarm_failed_and_a_warning_is_listed(tmp_path):
     kept = judge(client, exp, "lr-t1", "Success", "val_macro_f1")
     assert kept.value == 0.6 and kept.warnings == ["collapse=recovered"]  # the kept epoch's, not the last
     failed = judge(client, exp, "lr-t1", "Failed", "val_macro_f1")
-    assert failed.value is None and "dvc queue logs lr-t1" in failed.reason
-    assert "not in the tracking store" in judge(client, exp, "lr-t9", "Success", "val_macro_f1").reason
+    assert failed.value is None and failed.reason == "the experiment lr-t1 failed (dvc queue logs lr-t1)"
+    stopped = judge(client, exp, "lr-t0", "Failed", "val_macro_f1")  # a guard that failed the stage
+    assert stopped.reason == "guard alarm: collapse=collapsed"
+    assert "no training run in the tracking store" in judge(client, exp, "lr-t9", "Success", "val_macro_f1").reason
 
 
 def sweep_repo(tmp_path, bert, **sweep) -> tuple:

@@ -31,15 +31,17 @@ def training_run(client: MlflowClient, exp_id: str, name: str):
 def judge(client: MlflowClient, exp_id: str, name: str, state: str, objective: str) -> Outcome:
     """A queued experiment's end state and its training run -> the trial's outcome."""
     run = training_run(client, exp_id, name)
-    if state != "Success" or run is None:
-        why = "its training run is not in the tracking store" if run is None else "it failed"
-        return Outcome(reason=f"the experiment {name} {why} (dvc queue logs {name})",
-                       run_id=run.info.run_id if run else "")
+    if run is None:
+        return Outcome(reason=f"the experiment {name} has no training run in the tracking store "
+                              f"({state}; dvc queue logs {name})")
     guards = {k.removeprefix("guard."): v for k, v in run.data.tags.items() if k.startswith("guard.")}
     warnings = [f"{g}={guards[g]}" for g in with_severity(guards, WARNING)]
     alarms = with_severity(guards, ALARM)
-    if alarms:
+    if alarms:  # a guard that fails the train stage (weight_movement, load_audit) fails the experiment too
         return Outcome(reason="guard alarm: " + ", ".join(f"{g}={guards[g]}" for g in alarms),
+                       warnings=warnings, run_id=run.info.run_id)
+    if state != "Success":
+        return Outcome(reason=f"the experiment {name} failed (dvc queue logs {name})",
                        warnings=warnings, run_id=run.info.run_id)
     kept = int(run.data.metrics.get("kept_epoch", 0))
     values = [m.value for m in client.get_metric_history(run.info.run_id, objective) if m.step == kept]
