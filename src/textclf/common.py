@@ -254,6 +254,18 @@ def exit_with_parent() -> None:
             threading.Thread(target=_watch, args=(grandparent, start[0]), daemon=True).start()
 
 
+def positive_int_env(env: str, default: int = 0) -> int:
+    """An environment variable that must be a positive integer -> its value, or `default`
+    when it is unset or empty (0: the caller leaves the choice to its library)."""
+    value = os.environ.get(env, "")
+    if not value:
+        return default
+    if not value.isdigit() or int(value) < 1:
+        unset = f"default {default}" if default else "unset: the library's choice"
+        raise UserError(f"{env}={value!r} must be a positive integer ({unset}).")
+    return int(value)
+
+
 class UserError(ValueError):
     """A mistake the user can fix (a bad param, a missing file, a failed guard): a stage
     reports it in one line that names the cause and the fix. Any other exception is a bug

@@ -3,13 +3,12 @@ without torch or transformers, tokenized by tokenizer.json as the model was trai
 interface, refusals and columns as the PyTorch Predictor."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from textclf.common import UserError
+from textclf.common import UserError, positive_int_env
 from textclf.data.tokenizing import RustTokenizer, tokenize_texts
 from textclf.inference.frames import check_texts, probability_frame, sorted_batches
 from textclf.model.exported import TOKENIZER_FILE, read_export
@@ -22,11 +21,9 @@ def session(path: Path):
     import onnxruntime as ort
 
     options = ort.SessionOptions()
-    threads = os.environ.get(THREADS_ENV, "")
+    threads = positive_int_env(THREADS_ENV)
     if threads:
-        if not threads.isdigit() or int(threads) < 1:
-            raise UserError(f"{THREADS_ENV}={threads!r} must be a positive integer.")
-        options.intra_op_num_threads = int(threads)
+        options.intra_op_num_threads = threads
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 

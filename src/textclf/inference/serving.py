@@ -10,7 +10,6 @@ onnxruntime and tokenizers, not torch or transformers, and requires only what it
 """
 
 import importlib.metadata
-import os
 from pathlib import Path
 
 import mlflow
@@ -21,7 +20,7 @@ from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
 
 import textclf
 
-from textclf.common import UserError
+from textclf.common import UserError, positive_int_env
 from textclf.inference.frames import TextPredictor
 
 TEXT_COLUMN = "text"
@@ -59,23 +58,14 @@ class RequestRefused(MlflowException):
             self._refusal = value
 
 
-def _limit(env: str, default: int) -> int:
-    value = os.environ.get(env, "")
-    if not value:
-        return default
-    if not value.isdigit() or int(value) < 1:
-        raise UserError(f"{env}={value!r} must be a positive integer (default {default}).")
-    return int(value)
-
-
 def check_request(texts: list) -> None:
     """Refuse, before any work, a request over the row or character limits."""
-    rows, max_rows = len(texts), _limit(MAX_ROWS_ENV, MAX_ROWS)
+    rows, max_rows = len(texts), positive_int_env(MAX_ROWS_ENV, MAX_ROWS)
     if rows > max_rows:
         raise UserError(f"the request has {rows} rows; the limit is {max_rows} per request "
                          f"({MAX_ROWS_ENV}): send smaller batches.")
     chars = sum(len(t) for t in texts if isinstance(t, str))
-    max_chars = _limit(MAX_CHARS_ENV, MAX_CHARS)
+    max_chars = positive_int_env(MAX_CHARS_ENV, MAX_CHARS)
     if chars > max_chars:
         raise UserError(f"the request has {chars} characters of text; the limit is {max_chars} "
                          f"per request ({MAX_CHARS_ENV}): send smaller batches.")

@@ -35,9 +35,9 @@ class Dim:
 
     def override(self, value: Any) -> str:
         """-> `name=value` for `dvc exp run -S` (YAML: a float keeps its exponent's dot)."""
-        text = repr(float(value)) if isinstance(value, float) else str(value).lower() \
-            if isinstance(value, bool) else str(value)
-        return f"{self.name}={text}"
+        if isinstance(value, bool):
+            return f"{self.name}={str(value).lower()}"
+        return f"{self.name}={float(value)!r}" if isinstance(value, float) else f"{self.name}={value}"
 
 
 def _accepts(params: Params, name: str, value: Any) -> None:
