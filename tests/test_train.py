@@ -67,7 +67,7 @@ def test_train_then_evaluate_log_one_run(tiny_trained, tmp_path):
 
     # guards: every result reaches metrics.json and a guard.* tag
     assert set(metrics["guards"]) == {"load_audit", "optimizer_coverage", "lr_sanity",
-                                      "collapse", "weight_movement"}
+                                      "collapse", "silent_class", "weight_movement"}
     assert metrics["guards"]["lr_sanity"] == "warn"  # the fixture trains at lr_encoder 1e-3
     assert run.data.tags["guard.lr_sanity"] == "warn"
     movement = pd.read_csv(tmp / "move.csv")

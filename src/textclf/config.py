@@ -147,6 +147,11 @@ class TrainParams(Section):
     select_metric: Literal["macro_f1", "loss"] = "macro_f1"
     patience: int = ranged(0, 0)  # stop after N epochs without a better validation score (0: never)
     max_steps: int = ranged(0, 0)  # stop after N optimizer steps in all, mid-epoch too (0: the epochs decide)
+    # balanced: each class's loss weighted n / (C * n_c) on the training split (logged as
+    # class_weights.json); the baseline stage weights its classes alike
+    class_weights: Literal["none", "balanced"] = "none"
+    # the silent_class guard judges a class with at least this many validation documents
+    silent_class_support: int = ranged(3, 1)
 
     def check(self) -> None:
         if self.batch_size % (self.processes * self.nodes):

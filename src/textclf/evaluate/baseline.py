@@ -22,6 +22,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import normalize
 
 from textclf.config import BaselineParams, load_params
+from textclf.data.weights import class_weights
 from textclf.evaluate.metrics import classification_scores
 from textclf.inference.frames import PROB_PREFIX
 from textclf.common import UserError, open_parquet, write_json, write_parquet
@@ -36,11 +37,13 @@ BATCH = 10_000  # corpus rows read, and test documents scored, at a time
 
 
 def fit_and_predict(train_texts: list[str], train_y: list[str], test_texts: list[str],
-                    cfg: BaselineParams) -> tuple[list[str], np.ndarray]:
-    """-> (classes, test probabilities (N, C) in that class order)."""
+                    cfg: BaselineParams, weights: str = "none") -> tuple[list[str], np.ndarray]:
+    """-> (classes, test probabilities (N, C) in that class order). weights: train.class_weights
+    (scikit-learn's "balanced" is textclf.data.weights' rule)."""
     model = make_pipeline(
         TfidfVectorizer(ngram_range=(1, cfg.ngram_max), sublinear_tf=True, min_df=cfg.min_df),
-        LogisticRegression(C=cfg.C, max_iter=2000, random_state=cfg.seed))
+        LogisticRegression(C=cfg.C, max_iter=2000, random_state=cfg.seed,
+                           class_weight="balanced" if weights == "balanced" else None))
     model.fit(train_texts, train_y)
     return [str(c) for c in model.classes_], model.predict_proba(test_texts)
 
@@ -90,16 +93,20 @@ class Rows:
         return out
 
 
-def fit_hashed(train_texts, train_y: np.ndarray, cfg: BaselineParams) -> tuple[HashedTfidf, SGDClassifier]:
-    """train_texts: Arrow strings (a ChunkedArray), labels (N,)."""
+def fit_hashed(train_texts, train_y: np.ndarray, cfg: BaselineParams,
+               weights: str = "none") -> tuple[HashedTfidf, SGDClassifier]:
+    """train_texts: Arrow strings (a ChunkedArray), labels (N,); weights: train.class_weights."""
     rng = np.random.default_rng(cfg.seed)
     texts = Rows(train_texts)
     n = len(texts)
     sample = rng.permutation(n)[:IDF_SAMPLE]
     features = HashedTfidf(cfg, [texts(sample[i:i + SGD_BATCH]) for i in range(0, len(sample), SGD_BATCH)])
+    classes, codes = np.unique(train_y, return_inverse=True)
+    # partial_fit refuses class_weight="balanced" (it sees one batch): the same weights, as a dict
+    balanced = class_weights(codes, len(classes), weights)
     # LogisticRegression minimises C * sum(loss) + |w|^2 / 2; SGD mean(loss) + alpha |w|^2 / 2
-    model = SGDClassifier(loss="log_loss", alpha=1 / (cfg.C * n), random_state=cfg.seed)
-    classes = np.unique(train_y)
+    model = SGDClassifier(loss="log_loss", alpha=1 / (cfg.C * n), random_state=cfg.seed,
+                          class_weight=None if balanced is None else dict(zip(classes, balanced.tolist())))
     for _ in range(math.ceil(MIN_SEEN / n)):
         order = rng.permutation(n)
         for start in range(0, n, SGD_BATCH):
@@ -126,17 +133,18 @@ def read_split(corpus: str, splits: pd.DataFrame, name: str):
             table.column("text"))
 
 
-def predict_test(corpus: str, splits: pd.DataFrame, cfg) -> tuple[np.ndarray, np.ndarray, list[str], np.ndarray]:
+def predict_test(corpus: str, splits: pd.DataFrame, cfg: BaselineParams,
+                 weights: str = "none") -> tuple[np.ndarray, np.ndarray, list[str], np.ndarray]:
     """-> (test doc ids, their labels, classes, test probabilities (N, C))."""
     _, train_y, train_texts = read_split(corpus, splits, "train")
     if len(train_y) < cfg.hashing_from:
         test_ids, test_y, test_texts = read_split(corpus, splits, "test")
         classes, probs = fit_and_predict(train_texts.to_pylist(), train_y.tolist(),
-                                         test_texts.to_pylist(), cfg)
+                                         test_texts.to_pylist(), cfg, weights)
         return test_ids, test_y, classes, probs
     log.info("%d training documents >= baseline.hashing_from=%d: hashed n-grams + SGD",
              len(train_y), cfg.hashing_from)
-    features, model = fit_hashed(train_texts, train_y, cfg)
+    features, model = fit_hashed(train_texts, train_y, cfg, weights)
     del train_texts  # the test texts are read only now: never both splits' texts at once
     test_ids, test_y, test_texts = read_split(corpus, splits, "test")
     probs = np.concatenate([model.predict_proba(features(test_texts.slice(i, BATCH).to_pylist()))
@@ -162,16 +170,18 @@ class BaselinePaths:
 
 
 def run_baseline(paths: BaselinePaths) -> None:
-    """The baseline stage: fit on the train split, score the test split."""
-    cfg = load_params(paths.params).baseline
+    """The baseline stage: fit on the train split, score the test split. Its classes are
+    weighted as the fine-tune's (train.class_weights), so the two compare like for like."""
+    params = load_params(paths.params)
+    cfg, weights = params.baseline, params.train.class_weights
     splits = pd.read_parquet(paths.splits, columns=["doc_id", "split"])
-    doc_ids, labels, classes, probs = predict_test(paths.corpus, splits, cfg)  # probs: (N, C)
+    doc_ids, labels, classes, probs = predict_test(paths.corpus, splits, cfg, weights)  # probs: (N, C)
     predictions = pd.DataFrame({"doc_id": doc_ids, "label": labels,
                                 "predicted": np.asarray(classes, dtype=object)[probs.argmax(axis=1)]})
     for i, c in enumerate(classes):
         predictions[PROB_PREFIX + c] = probs[:, i]
     scores = classification_scores(predictions["label"], predictions["predicted"])
-    write_json(paths.out, scores)
+    write_json(paths.out, {**scores, "class_weights": weights})
     write_parquet(predictions, paths.predictions)
     logging.getLogger("baseline").info("baseline test accuracy %.4f, macro-F1 %.4f", scores["accuracy"],
                                        scores["macro_f1"])

@@ -131,7 +131,10 @@ def run(paths: EvaluatePaths) -> None:
     metrics = test_metrics(y_true, y_pred, labels)
     predictions = prediction_frame(doc_ids, y_true, probs, labels)
     metrics["ece"] = calibration(predictions["probability"], predictions["correct"])["ece"]
-    metrics["guards"] = {name: g["status"] for name, g in read_json(paths.guards).items()}
+    guard_results = read_json(paths.guards)
+    metrics["guards"] = {name: g["status"] for name, g in guard_results.items()}
+    # the classes the kept model never recalls on validation: the report names them
+    metrics["silent_classes"] = guard_results.get("silent_class", {}).get("classes", [])
     metrics["baseline"] = read_json(paths.baseline)
     metrics["gap"] = {k: metrics[k] - metrics["baseline"][k] for k in ("accuracy", "macro_f1")}
     metrics.update(versus_baseline(predictions, pd.read_parquet(paths.baseline_predictions), labels, cfg))

@@ -40,8 +40,15 @@ def headline(metrics: dict, collapsed_epochs: Sequence[int] = ()) -> list[Block]
         blocks.append(Alert(f"guard alarms: {', '.join(failed)}; this model does not become champion."))
     recovered = (f" (epochs {', '.join(map(str, collapsed_epochs))} collapsed; the kept epoch "
                  f"{metrics.get('kept_epoch')} did not, see the training curve)")
-    warned = [f"{n}: {metrics['guards'][n]}" + (recovered if metrics["guards"][n] == "recovered" else "")
-              for n in with_severity(metrics["guards"], WARNING)]
+    silent = ", ".join(f"{c['class']} ({c['support']} validation documents)"
+                       for c in metrics.get("silent_classes", []))
+    silent_note = f" (never recalled on validation: {silent}; try train.class_weights: balanced)"
+
+    def note(name: str) -> str:
+        if name == "silent_class":
+            return silent_note
+        return recovered if metrics["guards"][name] == "recovered" else ""
+    warned = [f"{n}: {metrics['guards'][n]}{note(n)}" for n in with_severity(metrics["guards"], WARNING)]
     if warned:
         blocks.append(Para("Guard warnings: " + "; ".join(warned) + "."))
     return blocks + [Table(["guard", "status"], [[n, s] for n, s in metrics["guards"].items()])]

@@ -128,6 +128,38 @@ def judge_collapse(history: list[dict], kept_epoch: int) -> tuple[str, str]:
     return "pass", f"epoch {kept_epoch}: top class share {kept['top_share']:.0%}"
 
 
+def recall_check(pred: np.ndarray, y_true: np.ndarray | list[int], labels: list[str]) -> dict:
+    """Per class: validation documents (support), how many were predicted as it, and recall."""
+    n = len(labels)
+    y_true = np.asarray(y_true)
+    support = np.bincount(y_true, minlength=n)
+    hits = np.bincount(y_true[pred == y_true], minlength=n)
+    predicted = np.bincount(pred, minlength=n)
+    return {"support": support.tolist(), "predicted": predicted.tolist(),
+            "recall": np.divide(hits, support, out=np.zeros(n), where=support > 0).tolist()}
+
+
+def judge_silent_class(entry: dict, labels: list[str], min_support: int) -> tuple[str, str, list[dict]]:
+    """The kept epoch's recall_check -> (status, message, silent classes). A class with at least
+    `min_support` validation documents, none of them recalled, is one the model ignores: the
+    collapse guard cannot see it (no class takes the predictions), and accuracy barely moves
+    when the class is rare."""
+    silent = [{"class": label, "support": entry["support"][i], "predicted": entry["predicted"][i]}
+              for i, label in enumerate(labels)
+              if entry["support"][i] >= min_support and entry["recall"][i] == 0]
+    small = [label for i, label in enumerate(labels) if 0 < entry["support"][i] < min_support]
+    unjudged = (f"; {len(small)} class(es) with fewer than {min_support} validation documents not "
+                f"judged: {', '.join(small[:5])}{' …' if len(small) > 5 else ''}") if small else ""
+    if not silent:
+        return "pass", f"every class with {min_support}+ validation documents is recalled{unjudged}", []
+    named = ", ".join(f"{c['class']!r} ({c['support']} validation document{'s' * (c['support'] > 1)}, "
+                      f"predicted for {c['predicted']})" for c in silent)
+    message = (f"the model never gets {named} right: recall 0 on validation{unjudged}. A rare class "
+               "the model ignores barely moves accuracy; try train.class_weights: balanced, more "
+               "documents of that class, or more epochs (train.epochs).")
+    return "warn", message, silent
+
+
 _LAYER = re.compile(r"^(.*?\.(?:layer|layers|h|block)\.\d+)\.")
 
 

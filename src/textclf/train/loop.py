@@ -89,15 +89,21 @@ def make_scheduler(optimizer: torch.optim.Optimizer, total_steps: int,
 def train_steps(model: nn.Module, optimizer: torch.optim.Optimizer, scheduler, loader: DataLoader,
                 cfg: TrainParams, accelerator: Accelerator, *, desc: str = "train",
                 max_steps: int | None = None, first_step: int = 0, loss_start: float = 0.0,
-                on_step: Callable[[int, torch.Tensor], None] | None = None) -> tuple[torch.Tensor, int]:
+                on_step: Callable[[int, torch.Tensor], None] | None = None,
+                class_weight: np.ndarray | None = None) -> tuple[torch.Tensor, int]:
     """One pass over the prepared `loader`, or its first `max_steps` batches (benchmarks
     time a fixed number of steps) -> (summed loss, a device tensor; steps taken).
     A resumed epoch skips the `first_step` batches already trained on (their summed loss
-    is `loss_start`); on_step(step, summed loss) runs after every optimizer step."""
+    is `loss_start`); on_step(step, summed loss) runs after every optimizer step.
+    class_weight (C,): each document's loss times its class's weight (train.class_weights)."""
     model.train()
     # summed, then weighted by this process's share of the global batch, so that the gradient
-    # averaged over N processes is the global batch's mean, whatever the shares (RankShard)
-    loss_fn = nn.CrossEntropyLoss(reduction="sum", ignore_index=PAD_LABEL)
+    # averaged over N processes is the global batch's mean, whatever the shares (RankShard).
+    # Weighted, the sum is still divided by the documents, not by their weights (PyTorch's
+    # "mean"): balanced weights average 1 over the training split, so the loss keeps its scale
+    weight = None if class_weight is None else torch.as_tensor(class_weight, dtype=torch.float32,
+                                                                device=accelerator.device)
+    loss_fn = nn.CrossEntropyLoss(weight=weight, reduction="sum", ignore_index=PAD_LABEL)
     loss_sum = torch.full((), loss_start, device=accelerator.device)
     rng = torch.get_rng_state()  # as the checkpoint left it, when resuming
     bar = tqdm(loader, desc=desc, total=min(max_steps or len(loader), len(loader)),
@@ -211,14 +217,16 @@ class EpochSelector:
 def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train: Split, val: Split,
         cfg: TrainParams, pad_id: int, accelerator: Accelerator,
         on_epoch: Callable[[dict, np.ndarray], None], *, checkpointer: Checkpointer | None = None,
-        selector: EpochSelector | None = None, on_saved: Callable[[int], object] | None = None) -> nn.Module:
+        selector: EpochSelector | None = None, on_saved: Callable[[int], object] | None = None,
+        class_weight: np.ndarray | None = None) -> nn.Module:
     """Train `model`; after each epoch call on_epoch(row, validation probabilities) with
     row = {'epoch', 'train_loss', 'val_accuracy', 'val_macro_f1', 'val_loss'}, then save the
     checkpoint, then call on_saved(epoch): what goes to a tracking store goes there, so a
     store that fails never costs an epoch the checkpoint does not hold. A checkpointer
     (textclf.train.checkpoint) restores a found checkpoint and saves new ones. A selector picks
     the epoch whose weights are returned and may stop early (every rank decides alike: each
-    scores the whole validation split)."""
+    scores the whole validation split). class_weight (C,) weights the training loss; the
+    validation loss stays unweighted, comparable across train.class_weights."""
     selector = selector or EpochSelector()
     loader = make_train_loader(train, cfg, pad_id, accelerator.process_index, accelerator.num_processes)
     sampler = cast("LengthGroupedBatchSampler | RankShard", loader.batch_sampler)  # make_train_loader's
@@ -244,7 +252,8 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train: Split, val: S
         loss_sum, steps = train_steps(model, optimizer, scheduler, loader, cfg, accelerator,
                                       desc=f"epoch {epoch}/{cfg.epochs}", first_step=first,
                                       loss_start=loss_start, on_step=on_step,
-                                      max_steps=left if left < len(loader) else None)
+                                      max_steps=left if left < len(loader) else None,
+                                      class_weight=class_weight)
         train_loss = accelerator.reduce(loss_sum, "mean").item() / steps
         probs = predict_proba(accelerator.unwrap_model(model), val.input_ids, cfg.batch_size * 2,
                               pad_id, accelerator.device, accelerator.mixed_precision)

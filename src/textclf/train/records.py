@@ -240,9 +240,10 @@ class EpochLogger:
         write_csv(pd.DataFrame(self.rows, columns=CURVE_FIELDS), self.path)
 
     def __call__(self, row: dict, probs) -> None:
-        stats = guards.collapse_check(probs.argmax(axis=1), self.y_val, self.labels,
-                                      self.cfg.collapse_share)
-        self.history.append({"epoch": row["epoch"], **stats})
+        pred = probs.argmax(axis=1)
+        stats = guards.collapse_check(pred, self.y_val, self.labels, self.cfg.collapse_share)
+        self.history.append({"epoch": row["epoch"], **stats,
+                             **guards.recall_check(pred, self.y_val, self.labels)})
         row = {**row, "top_share": stats["top_share"], "pred_entropy": stats["pred_entropy"],
                "collapsed": int(stats["collapsed"])}
         self.rows.append({k: row[k] for k in CURVE_FIELDS})
@@ -253,12 +254,18 @@ class EpochLogger:
         self.judge(row["epoch"])  # for now, as if this epoch were kept
 
     def judge(self, kept_epoch: int, final: bool = False) -> str:
-        """Record the collapse guard for the kept epoch -> its status. With `final`,
-        fail_on_collapse fails the stage when the kept model is collapsed (never on an
-        earlier epoch the training recovered from)."""
+        """Record the collapse and silent_class guards for the kept epoch -> the collapse
+        status. With `final`, fail_on_collapse fails the stage when the kept model is
+        collapsed (never on an earlier epoch the training recovered from)."""
         status, message = guards.judge_collapse(self.history, kept_epoch)
         collapsed = [h["epoch"] for h in self.history if h["collapsed"]]
         self.book.record("collapse", status, message, epoch=kept_epoch, collapsed_epochs=collapsed)
+        kept = next(h for h in self.history if h["epoch"] == kept_epoch)  # judge_collapse found it
+        silent_status, silent_message, silent = guards.judge_silent_class(kept, self.labels,
+                                                                          self.cfg.silent_class_support)
+        self.book.record("silent_class", silent_status, silent_message, epoch=kept_epoch, classes=silent)
+        if final and silent_status != "pass":
+            log.warning("silent_class guard: %s", silent_message)
         if final and status != "pass":
             log.warning("collapse guard: %s: %s", status, message)
         if final and status == "collapsed" and self.cfg.fail_on_collapse:

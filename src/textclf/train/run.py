@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import mlflow
+import numpy as np
 import pandas as pd
 import torch
 from accelerate import Accelerator
@@ -24,6 +25,7 @@ from torch import nn
 from textclf.config import Params, TrainParams, changed_since, flatten, load_params
 from textclf.inference.serving import log_pyfunc
 from textclf.common import UserError, atomic_path, deferred_interrupts, write_csv, write_json
+from textclf.data.weights import class_weights
 from textclf.model.batching import Collator, Split, read_token_splits
 from textclf.model.modeling import build_model, encoder_param_names, load_tokenizer, pad_id, save_model
 from textclf.model.policy import apply_policy, describe_groups, find_unused, make_optimizer, param_groups
@@ -93,6 +95,22 @@ def prepare(job: Training, book: GuardBook) -> tuple[nn.Module, torch.optim.Opti
     book.check("optimizer_coverage", guards.optimizer_coverage, model, optimizer, frozen)
     book.check("lr_sanity", guards.lr_sanity, cfg.encoder, cfg.lr_encoder)
     return model, optimizer, encoder
+
+
+def loss_weights(job: Training) -> np.ndarray | None:
+    """train.class_weights on the training split -> (C,) or None; logged (class_weights.json)."""
+    train_labels = job.splits["train"].labels
+    weights = class_weights(train_labels, len(job.labels), job.params.train.class_weights)
+    if weights is None:
+        return None
+    counts = np.bincount(train_labels, minlength=len(job.labels))
+    described = {label: {"weight": round(float(w), 6), "training_documents": int(n)}
+                 for label, w, n in zip(job.labels, weights, counts)}
+    log.info("class weights (train.class_weights: %s): %s", job.params.train.class_weights,
+             ", ".join(f"{k} {v['weight']:.3f}" for k, v in described.items()))
+    job.tracker.log_dict({"class_weights": job.params.train.class_weights, "classes": described},
+                         "class_weights.json")
+    return weights
 
 
 def example_texts(tokenizer: PreTrainedTokenizerBase, split: Split, n: int = 2, words: int = 40) -> list[str]:
@@ -184,7 +202,8 @@ def train(job: Training) -> Trained:
     with deferred_interrupts():  # SIGINT/SIGTERM: checkpoint at the next step, then stop
         model = fit(model, optimizer, job.splits["train"], job.splits["validation"], cfg,
                     pad_id=pad_id(job.tokenizer), accelerator=job.accelerator, on_epoch=curve,
-                    checkpointer=job.checkpointer, selector=selector, on_saved=lambda epoch: tracker.flush())
+                    checkpointer=job.checkpointer, selector=selector, on_saved=lambda epoch: tracker.flush(),
+                    class_weight=loss_weights(job))
     return Trained(model=model, before=before, encoder=encoder, selector=selector, curve=curve, book=book)
 
 

