@@ -4,11 +4,15 @@ healthy runs, misses on broken ones.
 
     .venv/bin/python benchmarks/guards.py                 # the full run (README: Guard benchmark)
     .venv/bin/python benchmarks/guards.py --small         # 1 healthy + 3 broken, 2 epochs at 64 tokens
+    .venv/bin/python benchmarks/guards.py --bbc           # also real BBC, balanced and with 2 rare classes
 
 Healthy: the three heads x seeds 1 and 2 on the demo corpus, and a 46-document corpus of three
 classes named `C++`, `a b` and `Ünïcode`, made from the demo corpus. Broken: a random encoder
 (model.init: config), plain Adam at a constant lr 1e-3 with no warmup or clipping (the seed's
-optimiser), and a TextCNN whose optimizer holds only the head. An alarm is a guard that fails
+optimiser), and a TextCNN whose optimizer holds only the head. With --bbc, the silent_class
+guard's two cases (benchmarks/bbc.preset at 64 tokens): BBC as it is, where it must stay quiet,
+and BBC with tech and entertainment cut to 20 documents (benchmarks/imbalance.py), where it
+warns if the model never recalls one of them. An alarm is a guard that fails
 (`fail`, `collapsed`) or stops the stage; `warn` and `recovered` are warnings.
 """
 from __future__ import annotations
@@ -29,6 +33,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from benchmarks import imbalance  # noqa: E402
 from stages import ingest, split, tokenize, train  # noqa: E402
 from textclf.severity import ALARM, with_severity  # noqa: E402
 from textclf.train import run as train_run  # noqa: E402
@@ -44,8 +49,16 @@ class Case:
     name: str
     healthy: bool
     params: dict = field(default_factory=dict)  # section -> overrides
-    corpus: str = "demo"  # | small3
+    corpus: str = "demo"  # | small3 | bbc | bbc-rare
     head_only_optimizer: bool = False
+
+
+def bbc_cases() -> list[Case]:
+    recipe = {"tokenize": {"max_length": 64}, "train": {"epochs": 3, "batch_size": 16, "lr_encoder": 5e-5,
+                                                        "precision": "bf16"}}
+    return [Case("BBC, balanced (split seed 0)", True, {**recipe, "split": {"seed": 0}}, corpus="bbc"),
+            Case("BBC, tech and entertainment cut to 20 (split seed 0)", True,
+                 {**recipe, "split": {"seed": 0}}, corpus="bbc-rare")]
 
 
 def cases(small: bool) -> list[Case]:
@@ -76,6 +89,14 @@ def small_corpus(dst: Path, per_class: tuple[int, ...] = (16, 15, 15)) -> Path:
     return dst
 
 
+def corpus_for(case: Case, dst: Path) -> Path:
+    if case.corpus == "small3":
+        return small_corpus(dst)
+    if case.corpus in ("bbc", "bbc-rare"):
+        return imbalance.corpus(dst, 20 if case.corpus == "bbc-rare" else None)
+    return ROOT / "data" / "sample"
+
+
 def write_params(path: Path, sections: dict) -> Path:
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     for section, values in sections.items():
@@ -96,7 +117,7 @@ def head_only_optimizer():
 def run_case(case: Case, work: Path, base: dict) -> dict:
     """Ingest, tokenize, split and train in `work` -> {"guards": {name: status}, "error": str | None}."""
     work.mkdir(parents=True)
-    source = small_corpus(work / "corpus") if case.corpus == "small3" else ROOT / "data" / "sample"
+    source = corpus_for(case, work / "corpus")
     sections = {s: {**base.get(s, {}), **case.params.get(s, {})} for s in {*base, *case.params}}
     sections.setdefault("ingest", {})["source"] = str(source)
     p = ["--params", str(write_params(work / "params.yaml", sections))]
@@ -140,13 +161,14 @@ def table(rows: list[tuple[Case, dict, str]]) -> str:
 def main(argv: list[str] | None = None) -> list[tuple[Case, dict, str]]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--small", action="store_true", help="4 short runs (the suite runs this)")
+    parser.add_argument("--bbc", action="store_true", help="also the silent_class cases on real BBC")
     parser.add_argument("--work", help="folder for the runs (default: a temp folder, removed)")
     args = parser.parse_args(argv)
     base = {"tokenize": {"max_length": 64}, "train": {"epochs": 2}} if args.small else {}
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="guards-"))
     os.environ.setdefault("MLFLOW_TRACKING_URI", f"sqlite:///{work.resolve() / 'mlflow.db'}")
     rows = []
-    for i, case in enumerate(cases(args.small)):
+    for i, case in enumerate(cases(args.small) + (bbc_cases() if args.bbc else [])):
         log.info("run %d: %s", i, case.name)
         result = run_case(case, work / f"run{i}", base)
         rows.append((case, result, verdict(case, result)))
