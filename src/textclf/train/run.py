@@ -184,7 +184,8 @@ def train(job: Training) -> Trained:
     with deferred_interrupts():  # SIGINT/SIGTERM: checkpoint at the next step, then stop
         model = fit(model, optimizer, job.splits["train"], job.splits["validation"], cfg,
                     pad_id=pad_id(job.tokenizer), accelerator=job.accelerator, on_epoch=curve,
-                    checkpointer=job.checkpointer, selector=selector, on_saved=lambda epoch: tracker.flush())
+                    checkpointer=job.checkpointer, selector=selector, on_saved=lambda epoch: tracker.flush(),
+                    chunk_pooling=job.params.model.chunk_pooling)
     return Trained(model=model, before=before, encoder=encoder, selector=selector, curve=curve, book=book)
 
 
