@@ -138,6 +138,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    # dvc_exps runs `dvc` by name: the one beside this interpreter (.venv/bin), as bbc_accuracy.sh does
+    os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     source = Path(args.source).resolve()  # absolute: queued experiments run in a copy of the repo
     if not source.is_dir():
         raise SystemExit(f"--source {args.source}: no such folder (the BBC corpus, a folder per class).")

@@ -43,8 +43,9 @@ if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
 log = logging.getLogger("train")
-# what train reads, logged to its run and saved in the model's params.json (predict reads
-# tokenize from it); the upstream sections reach the run through the dvc.lock it logs
+# what train reads, logged to its run and saved in the model's params.json (predict, serving
+# and evaluate read tokenize and model.chunk_pooling from it, to window and pool as training
+# did); the upstream sections reach the run through the dvc.lock it logs
 LOGGED_SECTIONS = ("tokenize", "model", "train")
 
 
