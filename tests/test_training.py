@@ -416,9 +416,9 @@ def test_a_document_scores_by_its_windows_logits_pooled_then_softmax(pooling, do
     changed = predict_proba(model, [[1, 9, 9], [4, 9], [3]], 2, 0, device, owner=owner, pooling=pooling)
     assert not np.allclose(changed[0], probs[0])
     logits = np.array([[2.0, 0.0], [0.0, 4.0], [1.0, 3.0]], dtype=np.float32)
-    assert pool_logits(logits, owner, 2, pooling).tolist() == [doc0, [1.0, 3.0]]
+    assert pool_logits(logits, owner, pooling).tolist() == [doc0, [1.0, 3.0]]
     with pytest.raises(ValueError, match="model.chunk_pooling='sum' must be one of"):
-        pool_logits(logits, owner, 2, "sum")
+        pool_logits(logits, owner, "sum")
 
 
 def test_fit_on_windows_validates_documents():

@@ -66,9 +66,7 @@ class OnnxPredictor:
         chunk_pooling, as the PyTorch path pools them."""
         if owner is None:
             return self._rows(input_ids, probabilities=True)
-        documents = int(owner.max()) + 1 if len(owner) else 0
-        return softmax(pool_logits(self._rows(input_ids, probabilities=False), owner, documents,
-                                   self.chunk_pooling))
+        return softmax(pool_logits(self._rows(input_ids, probabilities=False), owner, self.chunk_pooling))
 
     def _rows(self, input_ids, probabilities: bool) -> np.ndarray:
         """(N, C) probabilities or logits of every row, in input order, in length-sorted

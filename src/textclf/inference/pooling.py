@@ -10,14 +10,15 @@ from textclf.common import UserError
 POOLINGS = ("mean", "max")
 
 
-def pool_logits(logits: np.ndarray, owner: np.ndarray, documents: int, how: str) -> np.ndarray:
-    """(W, C) logits of windows, `owner[w]` the document of window w -> (documents, C): per document the
-    mean of its windows' logits, or each class's largest. A document of one window keeps its
-    logits exactly (a mean of one value is that value), so it scores as without chunks."""
+def pool_logits(logits: np.ndarray, owner: np.ndarray, how: str, documents: int | None = None) -> np.ndarray:
+    """(W, C) logits of windows, `owner[w]` the document of window w (documents 0, 1, … each
+    with a window; their number, by default the largest owner + 1) -> (documents, C): per
+    document the mean of its windows' logits, or each class's largest. A document of one window
+    keeps its logits exactly (a mean of one value is that value): it scores as without chunks."""
     if how not in POOLINGS:
         raise UserError(f"model.chunk_pooling={how!r} must be one of {list(POOLINGS)}.")
     owner = np.asarray(owner, dtype=np.int64)
-    n = documents
+    n = (int(owner.max()) + 1 if len(owner) else 0) if documents is None else documents
     counts = np.bincount(owner, minlength=n)
     if len(owner) and counts.min() == 0:
         raise ValueError("every document needs at least one window")  # a bug, not a user's input

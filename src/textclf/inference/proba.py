@@ -55,9 +55,8 @@ def predict_proba(model: nn.Module, input_ids: list[list[int]], batch_size: int,
     row), a document's probabilities are the softmax of its rows' logits pooled by `pooling`
     (model.chunk_pooling) -> (documents, C)."""
     if owner is not None:
-        logits = _rows(model, input_ids, batch_size, pad_id, device, mixed, softmax=False)
-        documents = int(owner.max()) + 1 if len(owner) else 0
-        pooled = pool_logits(logits, owner, documents, pooling)
+        pooled = pool_logits(_rows(model, input_ids, batch_size, pad_id, device, mixed, softmax=False),
+                             owner, pooling)
         return torch.softmax(torch.from_numpy(pooled), dim=-1).numpy()
     return _rows(model, input_ids, batch_size, pad_id, device, mixed, softmax=True)
 

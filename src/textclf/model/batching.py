@@ -51,7 +51,9 @@ def read_token_splits(tokens_path: str, splits_path: str, labels: list[str] | No
     """Join token ids with the split assignment -> ({split name: Split} for `names`, label
     names). `labels` fixes the label order (a trained model's); by default it is every label
     of the assigned documents, sorted. The store is read a record batch at a time and only
-    the named splits' ids are kept (train holds no test ids), each split in store order."""
+    the named splits' ids are kept (train holds no test ids), each split in store order. A
+    store with a `window` column (tokenize.truncation chunks) gives Splits of windows, with
+    `owner`, per document labels and doc_ids."""
     assignment = pd.read_parquet(splits_path, columns=["doc_id", "split"])
     if not assignment["doc_id"].is_unique:
         raise UserError(f"{splits_path} assigns a document twice; rerun `dvc repro split`.")

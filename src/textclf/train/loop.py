@@ -77,8 +77,9 @@ def make_train_loader(train: Split, cfg: TrainParams, pad_id: int, rank: int = 0
     lengths = ids.lengths if isinstance(ids, TokenIds) else [len(s) for s in ids]
     grouped = LengthGroupedBatchSampler(lengths, cfg.batch_size, cfg.seed)
     sampler = RankShard(grouped, rank, world) if world > 1 else grouped
-    return DataLoader(TokenDataset(train.input_ids, train.row_labels(), train.row_weights()),
-                      batch_sampler=sampler, collate_fn=Collator(pad_id), pin_memory=torch.cuda.is_available())
+    dataset = TokenDataset(train.input_ids, train.row_labels(), train.row_weights())
+    return DataLoader(dataset, batch_sampler=sampler, collate_fn=Collator(pad_id),
+                      pin_memory=torch.cuda.is_available())
 
 
 def make_scheduler(optimizer: torch.optim.Optimizer, total_steps: int,
