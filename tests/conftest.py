@@ -164,6 +164,25 @@ def tiny_trained(tmp_path_factory, prepared_tiny) -> tuple[Path, dict]:
     return folder, json.loads((folder / "run.json").read_text())
 
 
+@pytest.fixture(scope="session")
+def tiny_chunked(tmp_path_factory, prepared_tiny) -> tuple[Path, dict]:
+    """READ-ONLY: `tiny_trained` with tokenize.truncation chunks (windows of 64 tokens, stride
+    16: most demo documents take two or three) and model.chunk_pooling max: tokenize again,
+    train, baseline, export (ONNX float32) and evaluate -> (folder, reports in run.json)."""
+    def build(folder: Path) -> None:
+        with pytest.MonkeyPatch.context() as monkeypatch:
+            p = copy_prepared(prepared_tiny, folder, monkeypatch)
+            write_params(folder / "params.yaml", tokenize={"truncation": "chunks", "stride": 16},
+                         model={"chunk_pooling": "max"}, serve={"format": "onnx"})
+            tokenize_stage.main(p + ["--corpus", "c.parquet", "--tokens", "t.parquet", "--stats", "s.json",
+                                     "--histogram", "h.csv"])
+            run_train(p)
+            run_baseline(p)
+            run_evaluate(p)
+    folder = shared_once(tmp_path_factory, "tiny-chunked", build)
+    return folder, json.loads((folder / "run.json").read_text())
+
+
 def prepare(tmp_path: Path, sample_corpus: Path, model_dir: Path, monkeypatch):
     """Ingest, tokenize and split the demo corpus; MLflow pointed at tmp_path."""
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")

@@ -12,10 +12,12 @@ import torch
 from textclf.config import ModelParams, TextCNNParams, TokenizeParams
 from textclf.common import UserError
 from textclf.inference.loading import load_predictor
+from textclf.data.tokenizing import encode_texts
 from textclf.inference.onnx_predictor import OnnxPredictor, token_batches
 from textclf.inference.predictor import Predictor
+from textclf.inference.proba import predict_proba
 from textclf.model.export import export_model
-from textclf.model.modeling import build_model, load_tokenizer, save_model
+from textclf.model.modeling import build_model, load_classifier, load_tokenizer, pad_id, save_model
 
 from conftest import run_baseline, run_evaluate, run_train, write_params
 
@@ -28,12 +30,11 @@ HEADS = [ModelParams(head="sequence_classification"), ModelParams(head="pooled",
          ModelParams(head="textcnn", textcnn=TextCNNParams(kernel_sizes=[2, 3], num_filters=8))]
 
 
-def saved(folder, bert, cfg: ModelParams):
+def saved(folder, bert, cfg: ModelParams, tokenize: TokenizeParams = TokenizeParams(max_length=64)):
     torch.manual_seed(0)
     cfg = dataclasses.replace(cfg, name=str(bert))
     model, _ = build_model(cfg, LABELS)
-    save_model(model.eval(), folder, load_tokenizer(cfg.name),
-               {"model": cfg, "tokenize": TokenizeParams(max_length=64)})
+    save_model(model.eval(), folder, load_tokenizer(cfg.name), {"model": cfg, "tokenize": tokenize})
     return folder
 
 
@@ -149,3 +150,43 @@ def test_token_batches_cover_every_row_once_within_the_budget():
     assert all(len(b) * max(lengths[i] for i in b) <= 600 or len(b) == 1 for b in batches)
     assert [len(b) for b in batches][:3] == [2, 2, 2]  # five of 256 in pairs, the fifth with the 128
     assert token_batches([5000], 16, 600) == [[0]]  # a row longer than the budget runs alone
+
+
+def test_chunks_predictors_read_every_window_and_pool_as_evaluate_does(tmp_path, tiny_random_bert):
+    """A model trained with tokenize.truncation chunks (max_length 24, stride 6): the Predictor
+    and the ONNX predictor window a text as the tokenize stage does and give each text the
+    softmax of its windows' logits pooled by model.chunk_pooling, computed here window by
+    window; evaluate's path (predict_proba on the stored windows) gives the same; mean and
+    max differ on the long text, and agree on the texts of one window."""
+    tokenize = TokenizeParams(max_length=24, truncation="chunks", stride=6)
+    got = {}
+    for pooling in ("mean", "max"):
+        folder = saved(tmp_path / pooling, tiny_random_bert, ModelParams(chunk_pooling=pooling), tokenize)
+        tokenizer, (model, _) = load_tokenizer(str(folder)), load_classifier(folder)
+        enc = encode_texts(tokenizer, TEXTS, 24, "chunks", 6)
+        assert max(enc.counts) >= 5 and min(enc.counts) == 1  # the long text: many windows
+        with torch.no_grad():  # each window alone, unpadded: no batching shared with the predictors
+            logits = np.stack([model(torch.tensor([w]), torch.ones(1, len(w), dtype=torch.long))[0].numpy()
+                               for w in enc.ids])
+        pool = {"mean": np.mean, "max": np.max}[pooling]
+        pooled = np.stack([pool(logits[enc.owner == d], axis=0) for d in range(len(TEXTS))])
+        expected = torch.softmax(torch.from_numpy(pooled), -1).numpy()
+        got[pooling] = Predictor(folder, batch_size=2).predict_proba(TEXTS)
+        assert np.abs(got[pooling] - expected).max() < 1e-5
+        evaluate = predict_proba(model, enc.ids, 16, pad_id(tokenizer), torch.device("cpu"), owner=enc.owner,
+                                 pooling=pooling)  # what evaluate runs on the token store's rows
+        assert np.abs(evaluate - got[pooling]).max() < 1e-5
+        meta = export_model(folder, tmp_path / f"{pooling}-onnx", "onnx")
+        assert (meta["truncation"], meta["stride"], meta["chunk_pooling"]) == ("chunks", 6, pooling)
+        onnx = OnnxPredictor(tmp_path / f"{pooling}-onnx", batch_size=2)
+        assert np.abs(onnx.predict_proba(TEXTS) - got[pooling]).max() < 1e-5
+        assert np.abs(onnx.proba_of_ids(enc.ids, enc.owner) - evaluate).max() < 1e-5  # evaluate's check
+    long = int(np.argmax(enc.counts))
+    assert np.abs(got["mean"][long] - got["max"][long]).max() > 1e-4
+    single = [d for d, n in enumerate(enc.counts) if n == 1]
+    assert np.allclose(got["mean"][single], got["max"][single], atol=1e-6)
+
+
+def test_an_export_without_chunks_says_nothing_of_windows(tmp_path, tiny_random_bert):
+    meta = export_model(saved(tmp_path / "model", tiny_random_bert, HEADS[0]), tmp_path / "onnx", "onnx")
+    assert meta["truncation"] == "head+tail" and not {"stride", "chunk_pooling"} & set(meta)

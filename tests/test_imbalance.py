@@ -145,3 +145,17 @@ def test_a_rare_class_the_model_ignores_is_a_warning_and_the_weights_are_logged(
                                          "training_documents": int(train_labels["tech"])}
     run_baseline(p)
     assert json.loads((tmp / "b.json").read_text())["class_weights"] == "balanced"
+
+
+def test_class_weights_and_window_weights_multiply():
+    """With chunks each window also carries its document's weight: the two multiply."""
+    from textclf.train.loop import summed_loss
+
+    logits = torch.tensor([[2.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    batch = {"labels": torch.tensor([0, 1, 1]), "weights": torch.tensor([0.5, 0.5, 2.0])}
+    ce = nn.functional.cross_entropy(logits, batch["labels"], reduction="none")
+    weighted = nn.CrossEntropyLoss(weight=torch.tensor([1.0, 3.0]), reduction="sum")
+    assert summed_loss(weighted, logits, batch).item() == pytest.approx(
+        (ce * torch.tensor([1.0, 3.0, 3.0]) * batch["weights"]).sum().item())
+    assert summed_loss(weighted, logits, {"labels": batch["labels"]}).item() == pytest.approx(
+        (ce * torch.tensor([1.0, 3.0, 3.0])).sum().item())

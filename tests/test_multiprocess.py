@@ -19,6 +19,7 @@ from mlflow.tracking import MlflowClient
 from safetensors.torch import load_file
 
 from stages import split
+from stages import tokenize as tokenize_stage
 
 from conftest import REPO, copy_prepared, save_tiny_random_bert, write_params
 
@@ -109,6 +110,19 @@ def test_two_processes_train_like_one_with_a_short_last_batch(tmp_path, prepared
     """60 training documents in global batches of 8: 7 full batches and one of 4 (2 per process)."""
     sixty_in_training(tmp_path, prepared_tiny, tiny_no_dropout, monkeypatch)
     one_against_two(tmp_path, batch_size=8)
+
+
+@pytest.mark.slow
+def test_two_processes_train_like_one_on_windows(tmp_path, prepared_tiny, tiny_no_dropout, monkeypatch):
+    """tokenize.truncation chunks: the global batches are of windows, each weighted by its
+    document's window count; each process weights its share and scales by the global count,
+    so 2 processes still train as 1 does."""
+    sixty_in_training(tmp_path, prepared_tiny, tiny_no_dropout, monkeypatch)
+    params = write_params(tmp_path / "params.yaml", tokenize={"truncation": "chunks", "stride": 16})
+    tokenize_stage.main(["--params", str(params), "--corpus", "c.parquet", "--tokens", "t.parquet",
+                         "--stats", "s.json", "--histogram", "h.csv"])
+    assert json.loads((tmp_path / "s.json").read_text())["windows_mean"] > 1
+    one_against_two(tmp_path, batch_size=6)
 
 
 def rank_pid(cwd, rank: int) -> int | None:

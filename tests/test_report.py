@@ -103,6 +103,17 @@ def test_data_section_shows_near_duplicate_groups_and_pairs():
     assert none.strip() == "Near-duplicates (word 5-shingles, Jaccard ≥ 0.5): none."
 
 
+def test_the_token_paragraph_says_what_the_truncation_leaves_unread():
+    from textclf.report.sections import how_read
+
+    base = {"pct_truncated": 40.0, "max_length": 128}
+    assert how_read(base) == "**40.0 % truncated** at max_length 128."  # stats from before the count
+    assert how_read({**base, "truncation": "head+tail", "pct_tokens_unread": 31.5}) == \
+        "**40.0 % truncated** at max_length 128, **31.5 % of all tokens unread**."
+    chunks = how_read({**base, "truncation": "chunks", "windows_mean": 5.1, "windows_max": 37})
+    assert chunks.startswith("**read whole** in windows of max_length 128: 5.1 per document (at most 37)")
+
+
 def test_headline_lists_a_recovered_collapse_as_a_warning_naming_the_epochs():
     text = to_markdown(headline({**metrics(0.0, {"collapse": "recovered"}), "kept_epoch": 3}, [1]))
     assert "Guard warnings: collapse: recovered (epochs 1 collapsed; the kept epoch 3 did not" in text

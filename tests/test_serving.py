@@ -84,6 +84,37 @@ def test_pyfunc_matches_predictor_and_cli(trained, tmp_path):
     assert [line.split("\t")[1] for line in piped.stdout.splitlines()] == expected["label"].tolist()
 
 
+def test_chunks_pyfunc_predictor_onnx_and_cli_pool_as_evaluate_did(tiny_chunked, tmp_path, monkeypatch, capsys):
+    """A model trained with chunks (max pooling, conftest.tiny_chunked): the PyTorch and the
+    ONNX pyfunc, both predictors and the predict CLI, given the test documents' texts, window
+    them and pool each document's windows as evaluate did from the token store: evaluate's
+    per-document probabilities, one row per document."""
+    from textclf import predict
+    from textclf.evaluate.champion import read_texts
+
+    tmp, run = tiny_chunked
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", run["tracking_uri"])
+    mlflow.set_tracking_uri(run["tracking_uri"])  # conftest restores it after the test
+    evaluated = pd.read_parquet(tmp / "pred.parquet")
+    texts = read_texts(str(tmp / "c.parquet"), evaluated["doc_id"].tolist())
+    expected = evaluated.filter(like="prob_").to_numpy()
+    metrics = json.loads((tmp / "metrics.json").read_text())
+    for model in (Predictor(tmp / "model"), OnnxPredictor(tmp / "export"),
+                  mlflow.pyfunc.load_model(run["model_uri"]), mlflow.pyfunc.load_model(metrics["serving"]["model_uri"])):
+        got = model.predict(pd.DataFrame({"text": texts}) if hasattr(model, "metadata") else texts)
+        assert len(got) == len(evaluated)
+        assert np.abs(got.filter(like="prob_").to_numpy() - expected).max() < 1e-5, type(model)
+        assert got["label"].tolist() == evaluated["predicted"].tolist()
+    files = []
+    for i, text in enumerate(texts[:3]):
+        files.append(tmp_path / f"doc{i}.txt")
+        files[-1].write_text(text, encoding="utf-8")
+    predict.main([str(tmp / "model"), *map(str, files)])
+    rows = [line.split("\t") for line in capsys.readouterr().out.splitlines()]
+    assert [r[1] for r in rows] == evaluated["predicted"].tolist()[:3]
+    assert np.allclose([float(r[2]) for r in rows], evaluated["probability"][:3], atol=1e-4)
+
+
 def test_predict_cli_rejects_a_missing_file_and_a_non_model_folder(trained, tmp_path):
     tmp, _ = trained
     bad = subprocess.run([sys.executable, "-m", "textclf.predict", str(tmp / "model"), "nope.txt"],

@@ -6,8 +6,10 @@ import pytest
 import yaml
 
 from stages import tokenize as tokenize_stage
+from textclf.common import UserError
+from textclf.config import TokenizeParams, load_params
 from textclf.model.modeling import load_tokenizer
-from textclf.data.tokenizing import RustTokenizer, tokenize_texts, truncate
+from textclf.data.tokenizing import RustTokenizer, encode_texts, tokenize_texts, truncate, windows
 from textclf.data.tokens import TokenIds, length_stats, load_ids_tokenizer
 from textclf.model.batching import read_token_splits
 
@@ -158,3 +160,94 @@ def test_token_ids_keep_int32_where_an_id_needs_more_than_16_bits():
     assert small.compact().values.dtype == np.uint16 and large.compact().values.dtype == np.int32
     joined = TokenIds.concat([small.compact(), large.compact()])
     assert [x.tolist() for x in joined] == [[1, 65535], [7], [1, 65536], [7]]
+
+
+@pytest.mark.parametrize("n, budget, stride", [(20, 8, 3), (21, 8, 3), (23, 8, 3), (9, 8, 0), (16, 8, 0),
+                                                (8, 8, 7), (100, 32, 8), (33, 32, 31), (3, 8, 2)])
+def test_chunk_windows_cover_every_token_with_the_stride_overlap(n, budget, stride):
+    """Window k starts at k * (budget - stride): consecutive windows share exactly `stride`
+    ids, every id is in a window, the last ends at the body's end, none is empty of new ids."""
+    body = list(range(1000, 1000 + n))
+    got = windows(body, budget, stride)
+    assert all(0 < len(w) <= budget for w in got)
+    assert got[0][0] == body[0] and got[-1][-1] == body[-1]
+    stitched = got[0] + [i for prev, w in zip(got, got[1:]) for i in w[stride:]]
+    assert stitched == body  # every token once, in order, after dropping the overlaps
+    for prev, w in zip(got, got[1:]):
+        assert len(prev) == budget and prev[-stride:] == w[:stride] if stride else prev[-1] + 1 == w[0]
+        assert len(w) > stride  # each window reads at least one token the previous did not
+    assert len(got) == (1 if n <= budget else -(-(n - stride) // (budget - stride)))
+
+
+def test_chunks_frame_each_window_and_leave_a_short_text_as_head_tail_has_it(tokenizer, words):
+    ids_of = [tokenizer.convert_tokens_to_ids(w) for w in words]
+    long, short = " ".join(words), " ".join(words[:20])
+    enc = encode_texts(tokenizer, [long, short], max_length=34, mode="chunks", stride=8)
+    assert enc.lengths == [102, 22] and enc.counts == [4, 1]  # 100 words: windows of 32 at 0, 24, 48, 72
+    assert enc.owner.tolist() == [0, 0, 0, 0, 1]
+    for w in enc.ids:
+        assert w[0] == tokenizer.cls_token_id and w[-1] == tokenizer.sep_token_id and len(w) <= 34
+    assert [w[1:-1] for w in enc.ids[:4]] == [ids_of[s:s + 32] for s in (0, 24, 48, 72)]
+    (head_tail,), _ = tokenize_texts(tokenizer, [short], 34, "head+tail")
+    assert enc.ids[4] == head_tail  # a text that fits: one window, the ids without chunks
+    plain = encode_texts(tokenizer, [long, short], 34, "head+tail", stride=8)
+    assert plain.counts is None and plain.owner is None  # other modes: one row per text, as before
+    assert (plain.ids, plain.lengths) == tokenize_texts(tokenizer, [long, short], 34, "head+tail")
+
+
+def test_a_stride_that_leaves_no_new_token_fails_naming_the_param_and_the_fix(tmp_path, tokenizer):
+    with pytest.raises(UserError, match=r"tokenize\.stride=32 must be below tokenize\.max_length=34 .*lower tokenize\.stride"):
+        TokenizeParams(truncation="chunks", max_length=34, stride=32)
+    path = tmp_path / "params.yaml"
+    path.write_text("tokenize:\n  truncation: chunks\n  max_length: 16\n")  # the default stride 32
+    with pytest.raises(UserError, match=r"tokenize\.stride=32 must be below tokenize\.max_length=16"):
+        load_params(path)
+    path.write_text("tokenize:\n  truncation: chunks\n  stride: -1\n")
+    with pytest.raises(UserError, match=r"tokenize\.stride=-1 is out of range: it must be >= 0"):
+        load_params(path)
+    assert TokenizeParams(max_length=16).stride == 32  # without chunks the stride is never read
+    with pytest.raises(UserError, match=r"tokenize\.stride=8 must be .* below the 8 tokens a window holds"):
+        windows(list(range(20)), 8, 8)
+    with pytest.raises(UserError, match=r"tokenize\.stride=32 .*below the 32 tokens"):
+        encode_texts(tokenizer, ["a b c"], max_length=34, mode="chunks", stride=32)
+
+
+def test_length_stats_say_what_each_mode_leaves_unread():
+    lengths = [10, 20, 30, 40]  # special tokens included, as n_tokens counts them
+    for mode in ("head", "tail", "head+tail"):
+        stats = length_stats(lengths, max_length=25, truncation=mode)
+        assert stats["unread_tokens"] == 5 + 15 and stats["pct_tokens_unread"] == 20.0
+        assert stats["truncation"] == mode and "windows_mean" not in stats
+    stats = length_stats(lengths, max_length=25, truncation="chunks", windows=[1, 1, 2, 3])
+    assert stats["unread_tokens"] == 0 and stats["pct_tokens_unread"] == 0.0
+    assert stats["windows"] == 7 and stats["windows_mean"] == 1.75 and stats["windows_max"] == 3
+    assert stats["pct_truncated"] == 50.0  # documents longer than one window
+
+
+def test_the_stage_with_chunks_stores_a_row_per_window_that_splits_read_back_per_document(prepared):
+    """The demo corpus at max_length 64 in windows (stride 16): the store's rows are windows
+    (numbered by `window`) of the same documents; read back, each split has the documents,
+    labels and order it has without chunks, and its windows stitch back to each whole text."""
+    tmp, p = prepared
+    write_params(tmp / "params.yaml", tokenize={"truncation": "chunks", "stride": 16})
+    tokenize_stage.main(p + ["--corpus", "c.parquet", "--tokens", "w.parquet", "--stats", "ws.json",
+                             "--histogram", "wh.csv"])
+    assert pq.read_schema(tmp / "t.parquet").names == ["doc_id", "label", "input_ids", "n_tokens"]
+    store = pd.read_parquet(tmp / "w.parquet")
+    assert list(store.columns) == ["doc_id", "label", "input_ids", "n_tokens", "window"]
+    assert store["doc_id"].nunique() == 80 < len(store) and (store["input_ids"].map(len) <= 64).all()
+    stats = yaml.safe_load((tmp / "ws.json").read_text())
+    assert stats["unread_tokens"] == 0 and stats["windows"] == len(store) and stats["windows_max"] >= 2
+    assert yaml.safe_load((tmp / "s.json").read_text())["unread_tokens"] > 0  # head+tail at 64 skips some
+    plain, labels = read_token_splits(str(tmp / "t.parquet"), str(tmp / "sp.parquet"))
+    chunked, chunk_labels = read_token_splits(str(tmp / "w.parquet"), str(tmp / "sp.parquet"))
+    assert chunk_labels == labels
+    corpus = pd.read_parquet(tmp / "c.parquet").set_index("doc_id")
+    tokenizer = load_ids_tokenizer(yaml.safe_load((tmp / "params.yaml").read_text())["model"]["name"])
+    for name, split in chunked.items():
+        assert split.doc_ids == plain[name].doc_ids and split.labels == plain[name].labels
+        assert plain[name].owner is None and len(split.owner) == len(split.input_ids) > len(split.labels)
+        for d, doc in enumerate(split.doc_ids[:10]):
+            rows = [split.input_ids[i].tolist()[1:-1] for i in np.flatnonzero(split.owner == d)]
+            whole = tokenizer(corpus.loc[doc, "text"], add_special_tokens=False)["input_ids"]
+            assert rows[0] + [i for w in rows[1:] for i in w[16:]] == whole

@@ -85,6 +85,40 @@ def test_train_then_evaluate_log_one_run(tiny_trained, tmp_path):
     assert not any(f.endswith((".pkl", ".bin", ".pt")) for f in files)  # no pickle anywhere
 
 
+def test_chunks_train_on_windows_and_evaluate_per_document(tiny_chunked):
+    """The stages with tokenize.truncation chunks (conftest.tiny_chunked): the token store holds
+    windows, training steps over all of them, validation, metrics, predictions and the
+    comparison with the baseline are per document, and the model folder carries what
+    predicting needs to window and pool as training did."""
+    tmp, run_file = tiny_chunked
+    tokens, splits = pd.read_parquet(tmp / "t.parquet"), pd.read_parquet(tmp / "sp.parquet")
+    assert tokens["doc_id"].nunique() == len(splits) < len(tokens)  # rows are windows
+    stats = json.loads((tmp / "s.json").read_text())
+    assert stats["truncation"] == "chunks" and stats["unread_tokens"] == 0 and stats["windows_mean"] > 1
+    test_docs = splits.loc[splits["split"] == "test", "doc_id"]
+    metrics = json.loads((tmp / "metrics.json").read_text())
+    assert metrics["n_test"] == len(test_docs) and 0 <= metrics["accuracy"] <= 1
+    assert sum(sum(row.values()) for row in metrics["confusion"].values()) == len(test_docs)
+    predictions = pd.read_parquet(tmp / "pred.parquet")
+    assert predictions["doc_id"].is_unique and set(predictions["doc_id"]) == set(test_docs)
+    assert metrics["accuracy"] == pytest.approx(predictions["correct"].mean())
+    baseline = pd.read_parquet(tmp / "bp.parquet")
+    cmp = metrics["comparison"]  # paired per document
+    assert sum(cmp[k] for k in ("model_only", "baseline_only", "both_right", "both_wrong")) == len(baseline) \
+        == len(predictions)
+    assert metrics["serving"]["format"] == "onnx" and metrics["serving"]["agreement"] == 1.0
+    curve = pd.read_csv(tmp / "curve.csv")
+    assert list(curve["epoch"]) == [1, 2]
+    saved = json.loads((tmp / "model" / "params.json").read_text())
+    assert saved["tokenize"] == {"max_length": 64, "truncation": "chunks", "stride": 16}
+    assert saved["model"]["chunk_pooling"] == "max"
+    export = json.loads((tmp / "export" / "export.json").read_text())
+    assert (export["truncation"], export["stride"], export["chunk_pooling"]) == ("chunks", 16, "max")
+    run = MlflowClient(run_file["tracking_uri"]).get_run(run_file["run_id"])
+    assert run.data.params["tokenize.truncation"] == "chunks" and run.data.params["model.chunk_pooling"] == "max"
+    assert run.data.metrics["test_accuracy"] == pytest.approx(metrics["accuracy"])
+
+
 def test_same_params_same_metrics(prepared, tiny_trained):
     """A second training with the shared one's params and data gives the same curve."""
     tmp, p = prepared

@@ -13,9 +13,10 @@ from textclf.model.batching import (PAD_LABEL, Collator, LengthGroupedBatchSampl
                               TokenDataset)
 from textclf.inference.frames import sorted_batches
 from textclf.config import EvaluateParams, TrainParams
+from textclf.inference.pooling import pool_logits
 from textclf.inference.proba import inference_device, precision_for, predict_proba
 from textclf.train.loop import (EpochSelector, fit, lr_factor, make_accelerator, make_scheduler,
-                              make_train_loader, train_steps, validation_loss)
+                              make_train_loader, summed_loss, train_steps, validation_loss)
 
 
 def test_length_grouped_batches_cover_every_index_once_and_are_seeded():
@@ -344,3 +345,95 @@ def test_max_steps_ends_training_mid_epoch_and_the_schedule_with_it(max_steps, e
     assert len(rows) == epochs_run and calls[-1] == last_steps
     assert sum(calls) == (max_steps or 60)
     assert optimizer.param_groups[0]["lr"] == 0.0  # the schedule ended with the last step
+
+
+def chunked(rng, windows_per_doc: list[int], classes: int = 3) -> Split:
+    """A Split read in windows: document d has windows_per_doc[d] rows of random ids."""
+    owner = np.repeat(np.arange(len(windows_per_doc)), windows_per_doc)
+    ids = [rng.integers(1, 50, size=rng.integers(3, 12)).tolist() for _ in owner]
+    return Split(ids, rng.integers(0, classes, size=len(windows_per_doc)).tolist(), owner=owner)
+
+
+def test_window_weights_make_every_document_weigh_the_same_in_the_loss():
+    """Each window's loss is weighted 1/(its document's windows), scaled by windows/documents
+    (mean weight 1): a document of 3 windows weighs what a document of 1 does. One step at
+    lr 0 reads the loss: the weighted sum over the batch's windows, over their count. Two
+    processes (each its share, scaled as train_steps scales it) add up to one process's loss."""
+    train = chunked(np.random.default_rng(0), [3, 1, 2])
+    weights = train.row_weights()
+    assert weights.tolist() == pytest.approx([2 / 3] * 3 + [2, 1, 1]) and weights.mean() == pytest.approx(1)
+    assert np.bincount(train.owner, weights).tolist() == pytest.approx([2, 2, 2])  # per document
+    assert train.row_labels() == [train.labels[d] for d in train.owner]
+    assert Split([[1], [2]], [0, 1]).row_weights() is None  # without chunks: no weights at all
+    cfg = TrainParams(epochs=1, batch_size=6, warmup_ratio=0.0)
+    torch.manual_seed(0)
+    model = BagOfEmbeddings()
+    (batch,) = list(make_train_loader(train, cfg, pad_id=0))
+    assert sorted(batch["weights"].tolist()) == pytest.approx(sorted(weights.tolist()))  # every window, weighted
+    with torch.no_grad():
+        logits = model(batch["input_ids"], batch["attention_mask"])
+    each = nn.functional.cross_entropy(logits, batch["labels"], reduction="none")
+    expected = float((each * batch["weights"]).sum() / 6)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    accelerator = make_accelerator()
+    loss, steps = train_steps(model, optimizer, make_scheduler(optimizer, 1, cfg),
+                              make_train_loader(train, cfg, pad_id=0), cfg, accelerator)
+    assert steps == 1 and loss.item() == pytest.approx(expected, rel=1e-6)
+    unweighted = float(each.mean())
+    assert expected != pytest.approx(unweighted)  # the weights change the loss
+    loss_fn = nn.CrossEntropyLoss(reduction="sum", ignore_index=PAD_LABEL)
+    halves = [{k: v[sl] for k, v in batch.items()} for sl in (slice(0, 2), slice(2, 6))]
+    ranks = [summed_loss(loss_fn, logits[sl], half) * 2 / 6  # x processes / global_count
+             for sl, half in zip((slice(0, 2), slice(2, 6)), halves)]
+    assert float(sum(ranks) / 2) == pytest.approx(expected, rel=1e-6)  # the average over 2 processes
+
+
+class FixedLogits(nn.Module):
+    """Logits looked up by a row's first id: a constructed case for pooling."""
+
+    def __init__(self, table: dict[int, list[float]]):
+        super().__init__()
+        self.table = torch.zeros(max(table) + 1, 2)
+        for i, row in table.items():
+            self.table[i] = torch.tensor(row)
+
+    def forward(self, input_ids, attention_mask):
+        return self.table[input_ids[:, 0]]  # (B, C)
+
+
+@pytest.mark.parametrize("pooling, doc0", [("mean", [1.0, 2.0]), ("max", [2.0, 4.0])])
+def test_a_document_scores_by_its_windows_logits_pooled_then_softmax(pooling, doc0):
+    """Document 0 has windows with logits [2, 0] and [0, 4]: mean pools them to [1, 2], max to
+    [2, 4], then the softmax; document 1 (one window, [1, 3]) scores as without chunks. Every
+    window is read: changing the last window of document 0 changes its score."""
+    model = FixedLogits({1: [2.0, 0.0], 2: [0.0, 4.0], 3: [1.0, 3.0], 4: [0.0, -4.0]})
+    device = torch.device("cpu")
+    ids, owner = [[1, 9, 9], [2, 9], [3]], np.array([0, 0, 1])
+    probs = predict_proba(model, ids, 2, 0, device, owner=owner, pooling=pooling)  # (2, C)
+    assert probs.shape == (2, 2)
+    assert probs[0] == pytest.approx(torch.softmax(torch.tensor(doc0), -1).numpy())
+    assert np.array_equal(probs[1], predict_proba(model, [[3]], 2, 0, device)[0])
+    changed = predict_proba(model, [[1, 9, 9], [4, 9], [3]], 2, 0, device, owner=owner, pooling=pooling)
+    assert not np.allclose(changed[0], probs[0])
+    logits = np.array([[2.0, 0.0], [0.0, 4.0], [1.0, 3.0]], dtype=np.float32)
+    assert pool_logits(logits, owner, pooling).tolist() == [doc0, [1.0, 3.0]]
+    with pytest.raises(ValueError, match="model.chunk_pooling='sum' must be one of"):
+        pool_logits(logits, owner, "sum")
+
+
+def test_fit_on_windows_validates_documents():
+    """fit on chunked splits: every window trains (more steps than documents), validation
+    gives one row of probabilities per document, pooled by chunk_pooling."""
+    rng = np.random.default_rng(1)
+    train, val = chunked(rng, [1, 3, 2, 1] * 5), chunked(rng, [2, 1, 3, 1, 1])
+    cfg = TrainParams(epochs=2, batch_size=4, warmup_ratio=0.0)
+    torch.manual_seed(0)
+    model = BagOfEmbeddings()
+    seen = []
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    fit(model, optimizer, train, val, cfg, 0, make_accelerator(), lambda row, probs: seen.append(probs),
+        chunk_pooling="max")
+    assert len(make_train_loader(train, cfg, pad_id=0)) == 35 // 4 + 1  # 35 windows of 20 documents
+    assert [p.shape for p in seen] == [(5, 3), (5, 3)]
+    expected = predict_proba(model, val.input_ids, 8, 0, torch.device("cpu"), owner=val.owner, pooling="max")
+    assert np.allclose(seen[-1], expected, atol=1e-6)

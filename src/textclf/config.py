@@ -56,7 +56,18 @@ class TokenizeParams(Section):
     where = "tokenize"
     # tokens per document, special tokens included
     max_length: int = ranged(256, 16, 8192, note="and at most the model's position limit, 512 for BERT")
-    truncation: Literal["head", "tail", "head+tail"] = "head+tail"
+    # head | tail | head+tail keep at most max_length tokens; chunks reads every token, in
+    # windows of max_length (each with the special tokens) that overlap by `stride` tokens
+    truncation: Literal["head", "tail", "head+tail", "chunks"] = "head+tail"
+    stride: int = ranged(32, 0)  # chunks only: tokens consecutive windows share
+
+    def check(self) -> None:
+        # the tokenizer's special tokens are not known here (2 for BERT): tokenizing checks
+        # the exact window, this the bound every tokenizer shares
+        if self.truncation == "chunks" and self.stride >= self.max_length - 2:
+            raise UserError(f"params.yaml: tokenize.stride={self.stride} must be below tokenize.max_length="
+                            f"{self.max_length} minus the special tokens (2 for BERT): lower "
+                            "tokenize.stride (e.g. 32) or raise tokenize.max_length.")
 
 
 @dataclass(frozen=True)
@@ -111,6 +122,9 @@ class ModelParams(Section):
     pooling: Literal["pooler", "cls", "mean"] = "mean"  # the pooled head's
     hidden_layer: int = -2  # textcnn head: which hidden state (-1 last, -2 second-to-last)
     dropout: float = ranged(0.1, 0, 1, high_open=True)  # the head's, every head (the encoder keeps its own)
+    # tokenize.truncation chunks: a document's score pools its windows' logits (their mean, or
+    # each class's max), then softmax; validation, evaluate, predict and serving alike
+    chunk_pooling: Literal["mean", "max"] = "mean"
     textcnn: TextCNNParams = field(default_factory=TextCNNParams)
 
 

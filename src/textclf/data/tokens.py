@@ -1,5 +1,6 @@
 """The tokenize stage and the token store: unpadded ids (truncated by data.tokenizing's
-rules) of every document, read back as compact arrays.
+rules) of every document, read back as compact arrays. With tokenize.truncation chunks, a
+row per window instead: a document's windows are consecutive rows, numbered by `window`.
 
 Padding happens per batch at train time (dynamic padding), so nothing here pads.
 """
@@ -13,7 +14,7 @@ import numpy as np
 
 from textclf.config import TokenizeParams, load_params
 from textclf.common import UserError, atomic_path, open_parquet, write_csv, write_json
-from textclf.data.tokenizing import RustTokenizer, tokenize_texts
+from textclf.data.tokenizing import CHUNKS, Encoded, RustTokenizer, encode_texts
 from textclf.model_source import hub_offline, not_found, resolve_model_name
 
 CHUNK = 2_000  # documents tokenized and written per record batch: their encodings are the peak
@@ -71,16 +72,36 @@ class TokenIds:
         return self.values[self.offsets[i]:self.offsets[i + 1]]  # (T,) int32, a view
 
 
-def token_batch(doc_ids, labels, ids: list[list[int]], lengths: list[int]):
+def token_batch(doc_ids, labels, ids: list[list[int]], lengths, window=None):
     """One record batch of the token store: doc_id, label (lists or Arrow string arrays),
-    input_ids list<int32>, n_tokens (untruncated, int32)."""
+    input_ids list<int32>, n_tokens (untruncated, int32) and, with chunks, window (int32: the
+    row's place among its document's windows, from 0). Without chunks the store has no
+    window column, and is byte for byte what it was before chunks existed."""
     import pyarrow as pa
 
     def strings(values):
         return values if isinstance(values, pa.Array) else pa.array(values, pa.string())
-    return pa.record_batch([strings(doc_ids), strings(labels),
-                            pa.array(ids, pa.list_(pa.int32())), pa.array(lengths, pa.int32())],
-                           names=["doc_id", "label", "input_ids", "n_tokens"])
+    columns = [strings(doc_ids), strings(labels), pa.array(ids, pa.list_(pa.int32())),
+               pa.array(lengths, pa.int32())]
+    names = ["doc_id", "label", "input_ids", "n_tokens"]
+    if window is not None:
+        columns, names = columns + [pa.array(window, pa.int32())], names + ["window"]
+    return pa.record_batch(columns, names=names)
+
+
+def encoded_batch(part, enc: Encoded):
+    """A corpus record batch (doc_id, label) and its Encoded texts -> a token store batch;
+    with chunks each document's doc_id, label and n_tokens repeat on each of its windows."""
+    import pyarrow as pa
+
+    owner = enc.owner
+    if owner is None or enc.counts is None:
+        return token_batch(part.column("doc_id"), part.column("label"), enc.ids, enc.lengths)
+    counts = np.asarray(enc.counts)
+    first = np.cumsum(counts) - counts  # each document's first row
+    rows = pa.array(owner)
+    return token_batch(part.column("doc_id").take(rows), part.column("label").take(rows), enc.ids,
+                       np.asarray(enc.lengths, dtype=np.int32)[owner], np.arange(len(owner)) - first[owner])
 
 
 def load_ids_tokenizer(name: str):
@@ -98,32 +119,40 @@ def load_ids_tokenizer(name: str):
         raise not_found(name, err) from None
 
 
-def write_tokens(tokenizer, corpus: str | Path, params: TokenizeParams, path: str | Path) -> np.ndarray:
+def write_tokens(tokenizer, corpus: str | Path, params: TokenizeParams,
+                 path: str | Path) -> tuple[np.ndarray, np.ndarray]:
     """Tokenize the corpus parquet (doc_id, label, text) CHUNK documents at a time, read and
     written as record batches (the token store, written atomically), so that memory holds
-    one chunk -> every document's untruncated length, (N,) int32."""
+    one chunk -> (every document's untruncated length, its rows in the store), (N,) int32 each."""
     import pyarrow.parquet as pq
 
-    lengths = []
+    lengths, rows = [], []
     source = open_parquet(corpus)
     with atomic_path(path) as tmp:
         writer = None
         for part in source.iter_batches(batch_size=CHUNK, columns=["doc_id", "label", "text"]):
-            ids, n = tokenize_texts(tokenizer, part.column("text").to_pylist(), params.max_length,
-                                    params.truncation)
-            batch = token_batch(part.column("doc_id"), part.column("label"), ids, n)
+            enc = encode_texts(tokenizer, part.column("text").to_pylist(), params.max_length,
+                               params.truncation, params.stride)
+            batch = encoded_batch(part, enc)
             writer = writer or pq.ParquetWriter(tmp, batch.schema)
             writer.write_batch(batch)
-            lengths.append(np.asarray(n, dtype=np.int32))
+            lengths.append(np.asarray(enc.lengths, dtype=np.int32))
+            rows.append(np.asarray(enc.counts or [1] * len(enc.lengths), dtype=np.int32))
         if writer is None:
             raise UserError("the corpus is empty: there is nothing to tokenize.")
         writer.close()
-    return np.concatenate(lengths)
+    return np.concatenate(lengths), np.concatenate(rows)
 
 
-def length_stats(lengths: np.ndarray | list[int], max_length: int) -> dict:
+def length_stats(lengths: np.ndarray | list[int], max_length: int, truncation: str = "head+tail",
+                 windows: np.ndarray | list[int] | None = None) -> dict:
+    """Untruncated lengths (special tokens included) -> their stats, and what the configured
+    truncation leaves unread: head, tail and head+tail skip max(0, length - max_length) tokens
+    of a document (its body beyond the budget), chunks none. pct_truncated: documents longer
+    than max_length (with chunks: read in more than one window, `windows` per document)."""
     arr = np.asarray(lengths)
-    return {
+    unread = 0 if truncation == CHUNKS else int(np.clip(arr.astype(np.int64) - max_length, 0, None).sum())
+    stats = {
         "documents": int(arr.size),
         "mean": round(float(arr.mean()), 1),
         "p50": float(np.percentile(arr, 50)),
@@ -131,7 +160,16 @@ def length_stats(lengths: np.ndarray | list[int], max_length: int) -> dict:
         "max": int(arr.max()),
         "max_length": max_length,
         "pct_truncated": round(100.0 * float((arr > max_length).mean()), 2),
+        "truncation": truncation,
+        "unread_tokens": unread,
+        # of every token, special tokens included
+        "pct_tokens_unread": round(100.0 * unread / max(int(arr.sum()), 1), 2),
     }
+    if truncation == CHUNKS and windows is not None:
+        counts = np.asarray(windows)
+        stats.update(windows=int(counts.sum()), windows_mean=round(float(counts.mean()), 2),
+                     windows_max=int(counts.max()))
+    return stats
 
 
 def length_histogram(lengths: np.ndarray | list[int], bins: int = 20) -> list[dict]:
@@ -157,8 +195,8 @@ def run_tokenize(paths: TokenizePaths) -> None:
 
     params = load_params(paths.params)
     tokenizer = load_ids_tokenizer(params.model.name)
-    lengths = write_tokens(tokenizer, paths.corpus, params.tokenize, paths.tokens)
-    stats = length_stats(lengths, params.tokenize.max_length)
+    lengths, windows = write_tokens(tokenizer, paths.corpus, params.tokenize, paths.tokens)
+    stats = length_stats(lengths, params.tokenize.max_length, params.tokenize.truncation, windows)
     write_json(paths.stats, stats)
     write_csv(pd.DataFrame(length_histogram(lengths)), paths.histogram)
     logging.getLogger("tokenize").info("tokenized %d documents: %s", len(lengths), stats)

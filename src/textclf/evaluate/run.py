@@ -22,7 +22,7 @@ from textclf.inference.frames import PROB_PREFIX, probability_frame
 from textclf.inference.proba import inference_device, predict_proba
 from textclf.common import UserError, read_json, write_csv, write_json, write_parquet
 from textclf.model.batching import read_token_splits
-from textclf.model.modeling import load_classifier, load_tokenizer, pad_id
+from textclf.model.modeling import folder_params, load_classifier, load_tokenizer, pad_id
 from textclf.tracking.registry import current_champion, register, split_hash, version_tags
 from textclf.tracking.runs import add_to_run, git_commit
 from textclf.tracking.store import training_run
@@ -124,10 +124,11 @@ def run(paths: EvaluatePaths) -> None:
     input_ids, y_true, doc_ids = test.input_ids, np.asarray(test.labels), test.doc_ids or []
     device, mixed = inference_device(cfg.precision)
     model.to(device)
+    pooling = folder_params(paths.model_dir)[1].chunk_pooling  # chunks: pooled as validation pooled
     probs = predict_proba(model, input_ids, cfg.batch_size, pad_id(load_tokenizer(paths.model_dir)),
-                          device, mixed)
+                          device, mixed, owner=test.owner, pooling=pooling)  # (documents, C)
     y_pred = probs.argmax(axis=1)
-    serving = check_export(paths.export, input_ids, y_true, probs, labels, params.serve, cfg)
+    serving = check_export(paths.export, input_ids, y_true, probs, labels, params.serve, cfg, test.owner)
     metrics = test_metrics(y_true, y_pred, labels)
     predictions = prediction_frame(doc_ids, y_true, probs, labels)
     metrics["ece"] = calibration(predictions["probability"], predictions["correct"])["ece"]

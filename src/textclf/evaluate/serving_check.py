@@ -24,9 +24,11 @@ EXAMPLES = 3  # test texts in the logged model's input example
 
 
 def check_export(export_dir: str, input_ids, y_true: np.ndarray, torch_probs: np.ndarray,
-                 labels: list[str], serve: ServeParams, cfg: EvaluateParams) -> dict:
+                 labels: list[str], serve: ServeParams, cfg: EvaluateParams,
+                 owner: np.ndarray | None = None) -> dict:
     """-> {requested, format (what is served), agreement, max_prob_diff, accuracy, verdict,
-    comparison, fallback (why PyTorch is served instead, or None)}."""
+    comparison, fallback (why PyTorch is served instead, or None)}. Per document: with chunks
+    (`owner`, each row's document) the export pools its windows as PyTorch did."""
     requested = read_export(export_dir)["format"]
     if requested != serve.format:
         raise UserError(f"{export_dir} holds a {requested} export, but serve.format is "
@@ -37,7 +39,7 @@ def check_export(export_dir: str, input_ids, y_true: np.ndarray, torch_probs: np
     if exported.labels != labels:
         raise UserError(f"{export_dir} was exported from a model with the classes "
                         f"{exported.labels}, not {labels}: rerun `dvc repro export`.")
-    probs = exported.proba_of_ids(input_ids)  # (N, C), the same token ids as PyTorch's
+    probs = exported.proba_of_ids(input_ids, owner)  # (N, C), the same token ids as PyTorch's
     ours, theirs = probs.argmax(axis=1), torch_probs.argmax(axis=1)
     agreement = float((ours == theirs).mean())
     cmp = compare(ours == y_true, theirs == y_true, cfg.bootstrap, cfg.seed, cfg.alpha)

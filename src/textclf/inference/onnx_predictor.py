@@ -1,6 +1,7 @@
 """An exported model (models/export) run by ONNX Runtime: class probabilities for new texts
-without torch or transformers, tokenized by tokenizer.json as the model was trained. The same
-interface, refusals and columns as the PyTorch Predictor."""
+without torch or transformers, tokenized by tokenizer.json as the model was trained (with
+chunks, windowed and pooled as export.json says). The same interface, refusals, columns and
+pooling as the PyTorch Predictor."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,8 +10,9 @@ import numpy as np
 import pandas as pd
 
 from textclf.common import UserError, positive_int_env
-from textclf.data.tokenizing import RustTokenizer, tokenize_texts
+from textclf.data.tokenizing import RustTokenizer, encode_texts
 from textclf.inference.frames import check_texts, probability_frame, sorted_batches
+from textclf.inference.pooling import pool_logits
 from textclf.model.exported import TOKENIZER_FILE, read_export
 
 THREADS_ENV = "TEXTCLF_ONNX_THREADS"  # intra-op threads; unset: ONNX Runtime's (the physical cores)
@@ -52,13 +54,23 @@ class OnnxPredictor:
                             "models/model, or set serve.format: onnx-int8 and `dvc repro export`.")
         self.format, self.labels = meta["format"], list(meta["labels"])
         self.max_length, self.truncation, self.pad_id = meta["max_length"], meta["truncation"], meta["pad_id"]
+        # written by the export of a chunks model only
+        self.stride, self.chunk_pooling = meta.get("stride", 0), meta.get("chunk_pooling", "mean")
         self.tokenizer = RustTokenizer(export_dir / TOKENIZER_FILE)
         self.session = session(export_dir / meta["file"])
         self.batch_size = batch_size
 
-    def proba_of_ids(self, input_ids) -> np.ndarray:
-        """Token ids (with special tokens) -> (N, C) probabilities in input order, in
-        length-sorted batches padded to their longest, of at most TOKENS_PER_RUN tokens."""
+    def proba_of_ids(self, input_ids, owner: np.ndarray | None = None) -> np.ndarray:
+        """Token ids (with special tokens) -> (N, C) probabilities in input order; with `owner`
+        (chunks: each row's document), (documents, C) from the rows' logits pooled by
+        chunk_pooling, as the PyTorch path pools them."""
+        if owner is None:
+            return self._rows(input_ids, probabilities=True)
+        return softmax(pool_logits(self._rows(input_ids, probabilities=False), owner, self.chunk_pooling))
+
+    def _rows(self, input_ids, probabilities: bool) -> np.ndarray:
+        """(N, C) probabilities or logits of every row, in input order, in length-sorted
+        batches padded to their longest, of at most TOKENS_PER_RUN tokens."""
         out = np.zeros((len(input_ids), len(self.labels)), dtype=np.float32)
         for idx in token_batches([len(s) for s in input_ids], self.batch_size, TOKENS_PER_RUN):
             width = max(len(input_ids[i]) for i in idx)
@@ -67,13 +79,13 @@ class OnnxPredictor:
             for row, i in enumerate(idx):
                 ids[row, :len(input_ids[i])], mask[row, :len(input_ids[i])] = input_ids[i], 1
             logits = self.session.run(None, {"input_ids": ids, "attention_mask": mask})[0]  # (B, C)
-            out[idx] = softmax(logits.astype(np.float32))
+            out[idx] = softmax(logits.astype(np.float32)) if probabilities else logits.astype(np.float32)
         return out
 
     def predict_proba(self, texts: list[str]) -> np.ndarray:
         check_texts(texts)
-        ids, _ = tokenize_texts(self.tokenizer, texts, self.max_length, self.truncation)
-        return self.proba_of_ids(ids)
+        enc = encode_texts(self.tokenizer, texts, self.max_length, self.truncation, self.stride)
+        return self.proba_of_ids(enc.ids, enc.owner)
 
     def predict(self, texts: list[str]) -> pd.DataFrame:
         return probability_frame(self.predict_proba(list(texts)), self.labels)

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from textclf.inference.frames import sorted_batches
+from textclf.inference.pooling import pool_logits
 from textclf.model.batching import Collator
 from textclf.common import UserError
 
@@ -46,10 +47,23 @@ def inference_device(precision: str = "auto") -> tuple[torch.device, str]:
 
 @torch.inference_mode()
 def predict_proba(model: nn.Module, input_ids: list[list[int]], batch_size: int, pad_id: int,
-                  device: torch.device, mixed: str = "no") -> np.ndarray:
+                  device: torch.device, mixed: str = "no", owner: np.ndarray | None = None,
+                  pooling: str = "mean") -> np.ndarray:
     """Class probabilities (N, C) in input order, with bf16 autocast when mixed == "bf16".
     Validation and evaluation both use this one forward path, so the attention mask cannot
-    be dropped at eval time."""
+    be dropped at eval time. With `owner` (tokenize.truncation chunks: the document of each
+    row), a document's probabilities are the softmax of its rows' logits pooled by `pooling`
+    (model.chunk_pooling) -> (documents, C)."""
+    if owner is not None:
+        pooled = pool_logits(_rows(model, input_ids, batch_size, pad_id, device, mixed, softmax=False),
+                             owner, pooling)
+        return torch.softmax(torch.from_numpy(pooled), dim=-1).numpy()
+    return _rows(model, input_ids, batch_size, pad_id, device, mixed, softmax=True)
+
+
+def _rows(model: nn.Module, input_ids: list[list[int]], batch_size: int, pad_id: int,
+          device: torch.device, mixed: str, softmax: bool) -> np.ndarray:
+    """(N, C) probabilities (softmax) or float32 logits of every row, in input order."""
     was_training = model.training
     model.eval()
     collate = Collator(pad_id)
@@ -59,8 +73,8 @@ def predict_proba(model: nn.Module, input_ids: list[list[int]], batch_size: int,
         batch = collate([(input_ids[i], -1) for i in idx])
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=mixed == "bf16"):
             logits = model(batch["input_ids"].to(device), batch["attention_mask"].to(device))  # (B, C)
-        probs = torch.softmax(logits.float(), dim=-1).cpu().numpy()
+        rows = (torch.softmax(logits.float(), dim=-1) if softmax else logits.float()).cpu().numpy()
         for row, i in enumerate(idx):
-            out[i] = probs[row]
+            out[i] = rows[row]
     model.train(was_training)
     return np.stack(out)

@@ -25,9 +25,25 @@ PAD_LABEL = -100  # the label of a padding entry: cross-entropy's ignore_index, 
 
 @dataclass
 class Split:
+    """A split's documents: one row of ids each, or with tokenize.truncation chunks one per
+    window (a document's windows consecutive); labels and doc_ids are per document."""
     input_ids: TokenIds | list[list[int]]  # TokenIds from the token store; lists where a test builds one
     labels: list[int]
     doc_ids: list[str] | None = None  # None where a test builds a Split by hand
+    owner: np.ndarray | None = None  # per row of input_ids, its document's index; None: row i is document i
+
+    def row_labels(self) -> list[int]:
+        """Per row of input_ids, its document's label."""
+        return self.labels if self.owner is None else [self.labels[d] for d in self.owner.tolist()]
+
+    def row_weights(self) -> np.ndarray | None:
+        """Per window, 1 / its document's windows, scaled by windows / documents so that the
+        mean weight is 1: every document weighs the same in an epoch and the loss keeps its
+        scale (and the learning rate its meaning). None without chunks: no weights at all."""
+        if self.owner is None:
+            return None
+        counts = np.bincount(self.owner, minlength=len(self.labels))
+        return (len(self.owner) / len(self.labels) / counts[self.owner]).astype(np.float32)
 
 
 def read_token_splits(tokens_path: str, splits_path: str, labels: list[str] | None = None,
@@ -35,47 +51,67 @@ def read_token_splits(tokens_path: str, splits_path: str, labels: list[str] | No
     """Join token ids with the split assignment -> ({split name: Split} for `names`, label
     names). `labels` fixes the label order (a trained model's); by default it is every label
     of the assigned documents, sorted. The store is read a record batch at a time and only
-    the named splits' ids are kept (train holds no test ids), each split in store order."""
+    the named splits' ids are kept (train holds no test ids), each split in store order. A
+    store with a `window` column (tokenize.truncation chunks) gives Splits of windows, with
+    `owner`, per document labels and doc_ids."""
     assignment = pd.read_parquet(splits_path, columns=["doc_id", "split"])
     if not assignment["doc_id"].is_unique:
         raise UserError(f"{splits_path} assigns a document twice; rerun `dvc repro split`.")
     split_of = pd.Series(assignment["split"].to_numpy(), index=assignment["doc_id"].to_numpy())
     parts: dict[str, list] = {name: [] for name in names}
     found: set[str] = set()
-    for batch in open_parquet(tokens_path).iter_batches(batch_size=READ_ROWS,
-                                                          columns=["doc_id", "label", "input_ids"]):
+    store = open_parquet(tokens_path)
+    chunked = "window" in store.schema_arrow.names  # tokenize.truncation chunks: a row per window
+    columns = ["doc_id", "label", "input_ids"] + (["window"] if chunked else [])
+    for batch in store.iter_batches(batch_size=READ_ROWS, columns=columns):
         doc_ids = batch.column("doc_id").to_numpy(zero_copy_only=False)
         label = batch.column("label").to_numpy(zero_copy_only=False)
+        window = batch.column("window").to_numpy() if chunked else np.zeros(len(doc_ids), np.int32)
         where = split_of.reindex(doc_ids).to_numpy()  # NaN: a document the split does not assign
         found.update(label[pd.notna(where)].tolist())
         ids = TokenIds.from_arrow(batch.column("input_ids"))
         for name in names:
             rows = np.flatnonzero(where == name)
-            parts[name].append((ids.take(rows).compact(), label[rows], doc_ids[rows]))
+            parts[name].append((ids.take(rows).compact(), label[rows], doc_ids[rows], window[rows]))
     labels = sorted(found) if labels is None else labels
     unknown = sorted(found - set(labels))
     if unknown:
         raise UserError(f"labels {unknown} in {tokens_path} are not among the model's labels "
                          f"{labels}; the model folder is stale: run `dvc repro train`.")
     index = {label: i for i, label in enumerate(labels)}
-    return {name: Split(TokenIds.concat([p[0] for p in got]),
-                        [index[l] for p in got for l in p[1].tolist()],
-                        [d for p in got for d in p[2].tolist()])
-            for name, got in parts.items()}, labels
+    return {name: joined(got, index, chunked) for name, got in parts.items()}, labels
+
+
+def joined(parts: list, index: dict[str, int], chunked: bool) -> Split:
+    """A split's (ids, labels, doc_ids, window) parts, in store order -> its Split; with
+    chunks, labels and doc_ids of each document's first window (its windows are consecutive
+    rows, in one split), and each row's document."""
+    ids = TokenIds.concat([p[0] for p in parts])
+    labels = [index[l] for p in parts for l in p[1].tolist()]
+    doc_ids = [d for p in parts for d in p[2].tolist()]
+    if not chunked:
+        return Split(ids, labels, doc_ids)
+    first = np.concatenate([p[3] for p in parts] or [np.zeros(0, np.int32)]) == 0
+    owner = np.cumsum(first) - 1
+    return Split(ids, [l for l, f in zip(labels, first) if f], [d for d, f in zip(doc_ids, first) if f], owner)
 
 
 class TokenDataset(Dataset):
-    def __init__(self, input_ids: TokenIds | list[list[int]], labels: list[int] | None = None):
+    """Rows of ids with their labels and, with chunks, their loss weights (Split.row_weights)."""
+
+    def __init__(self, input_ids: TokenIds | list[list[int]], labels: list[int] | None = None,
+                 weights: np.ndarray | None = None):
         self.input_ids = input_ids
         self.labels = labels
+        self.weights = weights
 
     def __len__(self) -> int:
         return len(self.input_ids)
 
     def __getitem__(self, i: int):
-        if isinstance(i, Padding):
-            return self.input_ids[i], PAD_LABEL
-        return self.input_ids[i], (-1 if self.labels is None else self.labels[i])
+        item = (self.input_ids[i], PAD_LABEL if isinstance(i, Padding) else
+                (-1 if self.labels is None else self.labels[i]))
+        return item if self.weights is None else (*item, float(self.weights[i]))
 
 
 class Padding(int):
@@ -137,12 +173,17 @@ class Collator:
         self.pad_id = pad_id
 
     def __call__(self, items) -> dict[str, torch.Tensor]:
-        seqs, labels = zip(*items)
+        """(ids, label) items, or (ids, label, weight) ones -> a padded batch, with `weights`
+        (B,) float32 only for the latter."""
+        seqs, labels = [item[0] for item in items], [item[1] for item in items]
         width = max(len(s) for s in seqs)
         input_ids = torch.full((len(seqs), width), self.pad_id, dtype=torch.long)  # (B, T)
         attention_mask = torch.zeros((len(seqs), width), dtype=torch.long)  # (B, T)
         for row, seq in enumerate(seqs):
             input_ids[row, :len(seq)] = torch.as_tensor(seq, dtype=torch.long)
             attention_mask[row, :len(seq)] = 1
-        return {"input_ids": input_ids, "attention_mask": attention_mask,
-                "labels": torch.as_tensor(labels, dtype=torch.long)}
+        batch = {"input_ids": input_ids, "attention_mask": attention_mask,
+                 "labels": torch.as_tensor(labels, dtype=torch.long)}
+        if len(items[0]) == 3:
+            batch["weights"] = torch.as_tensor([item[2] for item in items], dtype=torch.float32)
+        return batch

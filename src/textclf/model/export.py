@@ -87,6 +87,8 @@ def export_model(model_dir: str | Path, out_dir: str | Path, fmt: str) -> dict:
                         truncation=params["tokenize"]["truncation"],
                         pad_id=pad_id(load_tokenizer(str(model_dir))), opset=OPSET,
                         torch=torch.__version__.split("+")[0])
+            if meta["truncation"] == "chunks":  # only then: other exports stay as they were
+                meta.update(stride=params["tokenize"]["stride"], chunk_pooling=params["model"]["chunk_pooling"])
             log.info("exported %s as %s (%.1f MB)", model_dir, meta["file"],
                      (tmp / meta["file"]).stat().st_size / 1e6)
         write_json(tmp / EXPORT_FILE, meta)

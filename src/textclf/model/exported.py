@@ -14,7 +14,8 @@ TOKENIZER_FILE = "tokenizer.json"
 
 def read_export(folder: str | Path) -> dict:
     """export.json of an exported folder -> {format, file, labels, max_length, truncation,
-    pad_id, head, ...}; a folder that is not one fails in one line."""
+    pad_id, head, ... and with chunks stride, chunk_pooling}; a folder that is not one fails
+    in one line."""
     path = Path(folder) / EXPORT_FILE
     if not path.is_file():
         raise UserError(f"{folder} is not an exported model folder (no {EXPORT_FILE}); run "

@@ -13,7 +13,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, AutoTokenizer
 
-from textclf.config import ModelParams, parse_section
+from textclf.config import ModelParams, TokenizeParams, parse_section
 from textclf.model.heads import PooledClassifier, SequenceClassifier, TextCNNClassifier
 from textclf.common import UserError, read_json, write_json
 from textclf.model_source import hub_offline, not_found, resolve_model_name
@@ -93,6 +93,14 @@ def save_model(model: nn.Module, folder: Path, tokenizer, params: dict) -> None:
         save_file(head, str(folder / HEAD_FILE))
     tokenizer.save_pretrained(folder)
     write_json(folder / "params.json", {s: dataclasses.asdict(p) for s, p in params.items()})
+
+
+def folder_params(folder: str | Path) -> tuple[TokenizeParams, ModelParams]:
+    """The tokenize and model params a model folder was trained with (its params.json), so
+    that predicting windows and pools as training did; a key an older folder lacks takes its
+    default (tokenize.stride, model.chunk_pooling: only chunks reads them)."""
+    saved = read_json(Path(folder) / "params.json")
+    return parse_section("tokenize", saved["tokenize"]), parse_section("model", saved["model"])
 
 
 def load_classifier(folder: str | Path) -> tuple[nn.Module, list[str]]:

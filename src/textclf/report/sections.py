@@ -112,6 +112,18 @@ def near_duplicates_section(nd: dict) -> list[Block]:
                   [[p["a"], p["b"], f"{p['jaccard']:.4f}"] for p in nd["top_pairs"]])]
 
 
+def how_read(tokens: dict) -> str:
+    """What tokenize.truncation leaves unread (token stats from before it was counted: the
+    share truncated alone)."""
+    if tokens.get("truncation") == "chunks":
+        return (f"**read whole** in windows of max_length {tokens['max_length']}: {tokens['windows_mean']} "
+                f"per document (at most {tokens['windows_max']}); {tokens['pct_truncated']} % of the "
+                "documents take more than one.")
+    unread = (f", **{tokens['pct_tokens_unread']} % of all tokens unread**"
+              if "pct_tokens_unread" in tokens else "")
+    return f"**{tokens['pct_truncated']} % truncated** at max_length {tokens['max_length']}{unread}."
+
+
 def data_section(ingest: dict, tokens: dict, counts: dict, histogram: pd.DataFrame) -> list[Block]:
     skipped = ", ".join(f"{k} {v}" for k, v in ingest["skipped"].items()) or "none"
     fallback = sum(n for enc, n in ingest["encodings"].items() if enc not in ("utf-8", "utf-16"))
@@ -127,7 +139,7 @@ def data_section(ingest: dict, tokens: dict, counts: dict, histogram: pd.DataFra
         *near_duplicates_section(ingest["near_duplicates"]),
         Heading("Token lengths"),
         Para(f"Mean {tokens['mean']}, median {tokens['p50']}, p90 {tokens['p90']}, max {tokens['max']}; "
-             f"**{tokens['pct_truncated']} % truncated** at max_length {tokens['max_length']}."),
+             + how_read(tokens)),
         Figure("token lengths", figures.token_lengths(histogram, tokens["max_length"]))]
 
 

@@ -70,14 +70,16 @@ def make_train_loader(train: Split, cfg: TrainParams, pad_id: int, rank: int = 0
                       world: int = 1) -> DataLoader:
     """Length-grouped, dynamically padded training batches (seeded per epoch), in pinned
     memory on CUDA (see make_accelerator). With `world` processes, this process's share of
-    each global batch of train.batch_size: not for accelerator.prepare, which would shard again."""
+    each global batch of train.batch_size: not for accelerator.prepare, which would shard again.
+    With chunks, a row is a window, with its document's label and weight (Split.row_weights)."""
     ids = train.input_ids
     # TokenIds: from the offsets alone
     lengths = ids.lengths if isinstance(ids, TokenIds) else [len(s) for s in ids]
     grouped = LengthGroupedBatchSampler(lengths, cfg.batch_size, cfg.seed)
     sampler = RankShard(grouped, rank, world) if world > 1 else grouped
-    return DataLoader(TokenDataset(train.input_ids, train.labels), batch_sampler=sampler,
-                      collate_fn=Collator(pad_id), pin_memory=torch.cuda.is_available())
+    dataset = TokenDataset(train.input_ids, train.row_labels(), train.row_weights())
+    return DataLoader(dataset, batch_sampler=sampler, collate_fn=Collator(pad_id),
+                      pin_memory=torch.cuda.is_available())
 
 
 def make_scheduler(optimizer: torch.optim.Optimizer, total_steps: int,
@@ -117,7 +119,7 @@ def train_steps(model: nn.Module, optimizer: torch.optim.Optimizer, scheduler, l
         batch = {k: v.to(accelerator.device, non_blocking=True) for k, v in batch.items()}
         with accelerator.autocast():
             logits = model(batch["input_ids"], batch["attention_mask"])  # (B, C)
-            loss = loss_fn(logits.float(), batch["labels"]) * accelerator.num_processes / global_count(
+            loss = summed_loss(loss_fn, logits, batch) * accelerator.num_processes / global_count(
                 batch["labels"], accelerator)
         accelerator.backward(loss)
         if cfg.max_grad_norm > 0:
@@ -145,9 +147,23 @@ def resident() -> str:
     return f"{kib / 2**20:.2f} GB"
 
 
+def summed_loss(loss_fn: nn.CrossEntropyLoss, logits: torch.Tensor,
+                batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The batch's summed cross-entropy (class-weighted as loss_fn is); with chunks (a batch
+    with `weights`) each window's weighted by Split.row_weights too, so a long document's
+    windows together weigh one document.
+    Without weights, exactly the sum it always was (no multiplication by ones)."""
+    if "weights" not in batch:
+        return loss_fn(logits.float(), batch["labels"])
+    each = nn.functional.cross_entropy(logits.float(), batch["labels"], weight=loss_fn.weight,
+                                       reduction="none", ignore_index=PAD_LABEL)  # (B,), 0 for padding
+    return (each * batch["weights"]).sum()
+
+
 def global_count(labels: torch.Tensor, accelerator: Accelerator) -> torch.Tensor:
-    """Documents in this step's global batch: this process's, summed over the processes
-    (one small all-reduce per step, only with several); padding entries do not count."""
+    """Documents (with chunks, windows) in this step's global batch: this process's, summed
+    over the processes (one small all-reduce per step, only with several); padding entries do
+    not count. The window weights average 1, so the loss keeps its scale either way."""
     count = (labels != PAD_LABEL).sum()
     return accelerator.reduce(count, "sum") if accelerator.num_processes > 1 else count
 
@@ -218,7 +234,7 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train: Split, val: S
         cfg: TrainParams, pad_id: int, accelerator: Accelerator,
         on_epoch: Callable[[dict, np.ndarray], None], *, checkpointer: Checkpointer | None = None,
         selector: EpochSelector | None = None, on_saved: Callable[[int], object] | None = None,
-        class_weight: np.ndarray | None = None) -> nn.Module:
+        class_weight: np.ndarray | None = None, chunk_pooling: str = "mean") -> nn.Module:
     """Train `model`; after each epoch call on_epoch(row, validation probabilities) with
     row = {'epoch', 'train_loss', 'val_accuracy', 'val_macro_f1', 'val_loss'}, then save the
     checkpoint, then call on_saved(epoch): what goes to a tracking store goes there, so a
@@ -226,7 +242,9 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train: Split, val: S
     (textclf.train.checkpoint) restores a found checkpoint and saves new ones. A selector picks
     the epoch whose weights are returned and may stop early (every rank decides alike: each
     scores the whole validation split). class_weight (C,) weights the training loss; the
-    validation loss stays unweighted, comparable across train.class_weights."""
+    validation loss stays unweighted, comparable across train.class_weights. Validation scores
+    documents: with chunks, each by its windows' logits pooled by `chunk_pooling`
+    (model.chunk_pooling), as evaluate does."""
     selector = selector or EpochSelector()
     loader = make_train_loader(train, cfg, pad_id, accelerator.process_index, accelerator.num_processes)
     sampler = cast("LengthGroupedBatchSampler | RankShard", loader.batch_sampler)  # make_train_loader's
@@ -256,7 +274,8 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train: Split, val: S
                                       class_weight=class_weight)
         train_loss = accelerator.reduce(loss_sum, "mean").item() / steps
         probs = predict_proba(accelerator.unwrap_model(model), val.input_ids, cfg.batch_size * 2,
-                              pad_id, accelerator.device, accelerator.mixed_precision)
+                              pad_id, accelerator.device, accelerator.mixed_precision,
+                              owner=val.owner, pooling=chunk_pooling)  # (documents, C)
         scores = classification_scores(val.labels, probs.argmax(axis=1))
         row = {"epoch": epoch, "train_loss": train_loss, "val_accuracy": scores["accuracy"],
                "val_macro_f1": scores["macro_f1"], "val_loss": validation_loss(probs, val.labels)}

@@ -45,8 +45,9 @@ if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
 log = logging.getLogger("train")
-# what train reads, logged to its run and saved in the model's params.json (predict reads
-# tokenize from it); the upstream sections reach the run through the dvc.lock it logs
+# what train reads, logged to its run and saved in the model's params.json (predict, serving
+# and evaluate read tokenize and model.chunk_pooling from it, to window and pool as training
+# did); the upstream sections reach the run through the dvc.lock it logs
 LOGGED_SECTIONS = ("tokenize", "model", "train")
 
 
@@ -203,7 +204,7 @@ def train(job: Training) -> Trained:
         model = fit(model, optimizer, job.splits["train"], job.splits["validation"], cfg,
                     pad_id=pad_id(job.tokenizer), accelerator=job.accelerator, on_epoch=curve,
                     checkpointer=job.checkpointer, selector=selector, on_saved=lambda epoch: tracker.flush(),
-                    class_weight=loss_weights(job))
+                    class_weight=loss_weights(job), chunk_pooling=job.params.model.chunk_pooling)
     return Trained(model=model, before=before, encoder=encoder, selector=selector, curve=curve, book=book)
 
 
