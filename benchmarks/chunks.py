@@ -43,7 +43,7 @@ CONTENDERS = {  # name -> its -S overrides, after the preset's
 
 def names(prefix: str, seeds: list[int]) -> dict[tuple[str, int], str]:
     """(contender, seed) -> the DVC experiment's name."""
-    return {(c, s): f"{prefix}-{c}-s{s}" for c in CONTENDERS for s in seeds}
+    return {(c, s): f"{prefix}-{c}-s{s}" for s in seeds for c in CONTENDERS}  # a whole seed first
 
 
 def overrides(contender: str, seed: int, base: list[str]) -> list[str]:
