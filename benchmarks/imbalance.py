@@ -5,6 +5,7 @@ recalled, and never on balanced BBC.
 
     .venv/bin/python benchmarks/imbalance.py                       # seeds 0 1 2 + balanced BBC
     .venv/bin/python benchmarks/imbalance.py --seeds 0 -S tokenize.max_length=256
+    .venv/bin/python benchmarks/imbalance.py --work DIR --summarize  # the tables of DIR's finished runs
 
 Every run is the real stages (ingest, tokenize, split, baseline, train, export, evaluate) in a
 work folder, with benchmarks/bbc.preset's recipe at 128 tokens unless -S says otherwise. The
@@ -89,6 +90,11 @@ def run(work: Path, run_dir: Path, overrides: list[str]) -> dict:
                        "--baseline-predictions", w("bp.parquet"), "--corpus", c, "--export", w("export"),
                        "--data-diff", w("diff.json"), "--metrics", w("metrics.json"), "--confusion", w("conf.csv"),
                        "--per-class", w("pc.csv"), "--predictions", w("pred.parquet")])
+    return collect(run_dir)
+
+
+def collect(run_dir: Path) -> dict:
+    """A finished run's metrics.json, the baseline's per-class test recall and the guard's record."""
     metrics = json.loads((run_dir / "metrics.json").read_text())
     base = pd.read_parquet(run_dir / "bp.parquet")
     metrics["baseline_recall"] = {c: float((base.loc[base["label"] == c, "predicted"] == c).mean())
@@ -108,7 +114,28 @@ def recall_table(rows: list[dict]) -> str:
         lines.append(f"| {r['corpus']} | {r['seed']} | {r['weights']} | {rec} | {m['macro_f1'] * 100:.2f} "
                      f"| {m['accuracy'] * 100:.2f} | {brec} | {m['baseline']['macro_f1'] * 100:.2f} "
                      f"| {m['silent_class']['status']} |")
-    return "\n".join(lines)
+    return "\n".join(lines + pooled(rows))
+
+
+def pooled(rows: list[dict]) -> list[str]:
+    """Per corpus and weighting, each rare class's test recall over all seeds' documents together
+    (a 20-document class has 1-3 test documents a seed), and the mean macro-F1."""
+    lines = []
+    for corpus_name, weights in dict.fromkeys((r["corpus"], r["weights"]) for r in rows):
+        group = [r["metrics"] for r in rows if (r["corpus"], r["weights"]) == (corpus_name, weights)]
+        cells = []
+        for c in RARE:
+            support = sum(m["per_class"][c]["support"] for m in group)
+            hits = sum(m["per_class"][c]["recall"] * m["per_class"][c]["support"] for m in group)
+            base = sum(m["baseline_recall"][c] * m["per_class"][c]["support"] for m in group)
+            cells.append((f"{hits:.0f}/{support}", f"{base:.0f}/{support}"))
+        f1 = sum(m["macro_f1"] for m in group) / len(group) * 100
+        base_f1 = sum(m["baseline"]["macro_f1"] for m in group) / len(group) * 100
+        acc = sum(m["accuracy"] for m in group) / len(group) * 100
+        lines.append(f"| {corpus_name}, {len(group)} seeds | all | {weights} | "
+                     + " | ".join(c[0] for c in cells) + f" | {f1:.2f} (mean) | {acc:.2f} | "
+                     + " | ".join(c[1] for c in cells) + f" | {base_f1:.2f} (mean) | |")
+    return lines
 
 
 def guard_table(rows: list[dict]) -> str:
@@ -130,7 +157,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--no-balanced-bbc", action="store_true", help="skip the run on balanced BBC (seed 0)")
     parser.add_argument("-S", dest="overrides", action="append", default=[], help="key=value (repeatable)")
     parser.add_argument("--work", help="folder for the runs (default: a temp folder, removed)")
+    parser.add_argument("--summarize", action="store_true", help="only the tables of the finished runs in --work")
     args = parser.parse_args(argv)
+    if args.summarize and not args.work:
+        raise SystemExit("--summarize reads the runs of --work: name the folder.")
     if not BBC.is_dir():
         raise SystemExit(f"BBC corpus not found at {BBC}")
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="imbalance-"))
@@ -143,10 +173,15 @@ def main(argv: list[str] | None = None) -> list[dict]:
     rows = []
     for name in dict.fromkeys(corpus_name for corpus_name, _, _ in plan):
         folder = work / name.replace(" ", "-")
-        prepare(folder, corpus(folder / "corpus", args.keep if name == "imbalanced" else None), base)
+        if not args.summarize:
+            prepare(folder, corpus(folder / "corpus", args.keep if name == "imbalanced" else None), base)
         for corpus_name, seed, weights in (item for item in plan if item[0] == name):
+            run_dir = folder / f"s{seed}-{weights}"
+            if args.summarize and not (run_dir / "metrics.json").is_file():
+                continue
             seeds = [f"{k}={seed}" for k in ("split.seed", "train.seed", "baseline.seed")]
-            metrics = run(folder, folder / f"s{seed}-{weights}", base + seeds + [f"train.class_weights={weights}"])
+            metrics = collect(run_dir) if args.summarize else run(
+                folder, run_dir, base + seeds + [f"train.class_weights={weights}"])
             rows.append({"corpus": name, "seed": seed, "weights": weights, "metrics": metrics})
             log.info("%s seed %d %s: macro-F1 %.4f", name, seed, weights, metrics["macro_f1"])
     log.info("per-class test recall (%%), %s cut to %d documents:\n%s\n\nsilent_class guard:\n%s",
