@@ -22,11 +22,13 @@ install: $(STAMP)
 
 # preflight: a FIFO in the corpus folder would make `dvc repro` hang (README, Known limits);
 # leftover: a checkpoint nothing will resume once DVC restored the training from its run-cache
-# (README, Failure and recovery)
+# (README, Failure and recovery); report_picture: the README's docs/report.png, drawn from the
+# report by headless Chromium where it is installed (left as it is where not)
 repro: $(STAMP)
 	$(BIN)/python -m textclf.preflight
 	PATH="$(CURDIR)/$(BIN):$$PATH" dvc repro
 	$(BIN)/python -m textclf.leftover
+	$(BIN)/python scripts/report_picture.py
 
 # Two xdist workers, one per core (each test file runs on one worker, so a module's fixtures
 # are built once; tests/conftest.py builds the shared session fixtures once for both), a

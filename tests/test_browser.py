@@ -60,6 +60,22 @@ def test_report_html_shows_its_figures(reproduced, browser):
     browser.save_screenshot(str(SHOTS / "report.png"))
 
 
+def test_the_readme_picture_is_drawn_from_the_report(reproduced, tmp_path):
+    """scripts/report_picture.py (which `make repro` runs) draws the top of a real run's report."""
+    import subprocess
+
+    if not all(os.access(p, os.X_OK) for p in (CHROMIUM, CHROMEDRIVER)):
+        pytest.skip(f"{CHROMIUM} and {CHROMEDRIVER} are needed (.ci/run installs them where apt-get can run)")
+    repo, _ = reproduced
+    out = tmp_path / "report.png"
+    subprocess.run([sys.executable, str(REPO / "scripts" / "report_picture.py"), "--html",
+                    str(repo / "reports" / "report.html"), "--out", str(out), "--width", "900"],
+                   check=True, timeout=120)
+    head = out.read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n" and int.from_bytes(head[16:20], "big") == 900
+    assert "](docs/report.png)" in (REPO / "README.md").read_text() and (REPO / "docs" / "report.png").is_file()
+
+
 @pytest.fixture
 def mlflow_server(reproduced, tmp_path):
     repo, _ = reproduced
