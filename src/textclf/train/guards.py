@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from textclf.common import UserError
+from textclf.evaluate.metrics import confusion, per_class_scores
 
 log = logging.getLogger(__name__)
 USUAL_LR = "1e-5…5e-5"
@@ -130,13 +131,9 @@ def judge_collapse(history: list[dict], kept_epoch: int) -> tuple[str, str]:
 
 def recall_check(pred: np.ndarray, y_true: np.ndarray | list[int], labels: list[str]) -> dict:
     """Per class: validation documents (support), how many were predicted as it, and recall."""
-    n = len(labels)
-    y_true = np.asarray(y_true)
-    support = np.bincount(y_true, minlength=n)
-    hits = np.bincount(y_true[pred == y_true], minlength=n)
-    predicted = np.bincount(pred, minlength=n)
-    return {"support": support.tolist(), "predicted": predicted.tolist(),
-            "recall": np.divide(hits, support, out=np.zeros(n), where=support > 0).tolist()}
+    matrix = confusion(np.asarray(y_true), pred, len(labels))  # rows actual, columns predicted
+    _, recall, _, support = per_class_scores(matrix)
+    return {"support": support.tolist(), "predicted": matrix.sum(axis=0).tolist(), "recall": recall.tolist()}
 
 
 def judge_silent_class(entry: dict, labels: list[str], min_support: int) -> tuple[str, str, list[dict]]:
