@@ -215,6 +215,23 @@ def test_a_node_with_other_params_stops_every_node_before_training(tmp_path, pre
     assert client.search_runs([client.get_experiment_by_name("textclf").experiment_id]) == []
 
 
+
+@pytest.mark.parametrize("exitcode", [1, -6])
+def test_a_rank_that_said_its_error_and_then_aborted_fails_for_that_reason(tmp_path, exitcode):
+    """Both ranks saw node 1's other params and wrote the line; rank 0 then died in interpreter
+    shutdown by SIGABRT (gloo: "terminate called without an active exception"). The launcher
+    said "rank 0 was killed by SIGABRT ... rerun the same command", which would fail again: it
+    now says the line the rank wrote, for a signal as for an exit status."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+    from textclf.train.launch import first_failure
+    (tmp_path / "rank-0.txt").write_text("node(s) 1 train other params or data than node 0: give ...\n")
+    failure = ProcessFailure(local_rank=0, pid=4242, exitcode=exitcode, error_file=str(tmp_path / "none.json"))
+    said = first_failure(ChildFailedError("stages.train", {0: failure}), tmp_path)
+    assert said == "node(s) 1 train other params or data than node 0: give ..."
+    (tmp_path / "rank-0.txt").unlink()  # a rank that said nothing: how it ended
+    how = "was killed by SIGABRT" if exitcode < 0 else "exited with status 1"
+    assert how in first_failure(ChildFailedError("stages.train", {0: failure}), tmp_path)
+
 LOSING_A_NODE = """
 import os, torch, torch.distributed as dist
 from textclf.train.launch import failures_to_launcher

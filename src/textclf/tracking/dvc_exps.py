@@ -4,21 +4,39 @@ queue one with its `-S` params, start the queue's workers, wait until the named 
 from __future__ import annotations
 
 import logging
+import re
 import subprocess
+import tempfile
 import time
+from pathlib import Path
 
 from textclf.common import UserError
 
 log = logging.getLogger(__name__)
 POLL_SECONDS = 15
 STATES = ("Queued", "Running", "Success", "Failed")
+# DVC's queue workers are temporary: each stops about 10 s after it finds the queue empty, and a
+# message it takes while stopping is dropped (celery's restore_at_shutdown is off), leaving the
+# experiment "Running" with nothing running it. So nothing is queued while a worker lives that
+# runs nothing (SETTLE_SECONDS at most), and a Running experiment with no worker alive is named,
+# not waited on. Workers are counted from their processes (the pid files dvc==3.67.1 writes):
+# `dvc queue status`'s worker line is a 1 s broadcast that a busy worker can miss.
+SETTLE_SECONDS = 60
+LOST_POLLS = 2
+WORKER_PIDS = ".dvc/tmp/exps/celery/dvc-exp-worker-*.pid"
 
 
 def dvc(*args: str) -> str:
-    proc = subprocess.run(["dvc", *args], capture_output=True, text=True)
+    """`dvc ARGS` -> what it printed. Its output goes through files, not pipes: the worker that
+    `dvc queue start` leaves behind inherits them, and a pipe would keep this call waiting
+    until that worker exits (after the whole queue ran)."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.run(["dvc", *args], stdin=subprocess.DEVNULL, stdout=out, stderr=err)
+        out.seek(0), err.seek(0)
+        stdout, stderr = out.read(), err.read()
     if proc.returncode:
-        raise UserError(f"`dvc {' '.join(args[:3])} …` failed: {(proc.stderr or proc.stdout).strip()[-400:]}")
-    return proc.stdout
+        raise UserError(f"`dvc {' '.join(args[:3])} …` failed: {(stderr or stdout).strip()[-400:]}")
+    return stdout
 
 
 def queue_states(status: str, names: list[str]) -> dict[str, str]:
@@ -33,18 +51,50 @@ def queue_states(status: str, names: list[str]) -> dict[str, str]:
     return states
 
 
+def live_workers() -> int:
+    """Queue worker processes alive for the DVC repo around the working directory."""
+    here = Path.cwd()
+    root = next((p for p in (here, *here.parents) if (p / ".dvc").is_dir()), here)
+    alive = 0
+    for pid_file in root.glob(WORKER_PIDS):
+        try:
+            alive += b"queue-worker" in Path(f"/proc/{int(pid_file.read_text())}/cmdline").read_bytes()
+        except (OSError, ValueError):  # it ended (or its pid file is being written)
+            pass
+    return alive
+
+
+def settle(poll: float = 1.0) -> None:
+    """Wait until no queue worker lives that runs nothing (it is about to stop, and would drop
+    what it takes meanwhile); a worker running an experiment takes ours after it."""
+    deadline = time.monotonic() + SETTLE_SECONDS
+    while live_workers() and "Running" not in dvc("queue", "status") and time.monotonic() < deadline:
+        time.sleep(poll)
+
+
 def queue(name: str, overrides: list[str]) -> None:
+    settle()
     dvc("exp", "run", "--queue", "-n", name, *[a for o in overrides for a in ("-S", o)])
 
 
 def run_queued(names: list[str], jobs: int, poll: float = POLL_SECONDS) -> dict[str, str]:
-    """Start `jobs` workers and wait until none of `names` is queued or running -> their states."""
+    """Start `jobs` workers and wait until none of `names` is queued or running -> their states.
+    Experiments marked Running while no worker lives, LOST_POLLS polls in a row, were lost by
+    the queue: a UserError names them (waiting would be forever)."""
     dvc("queue", "start", "-j", str(jobs))
     log.info("queued %s; waiting (dvc queue status / dvc queue logs NAME show progress)", ", ".join(names))
+    unrun = 0
     while True:
-        states = queue_states(dvc("queue", "status"), names)
+        status = dvc("queue", "status")
+        states = queue_states(status, names)
         if not [n for n, s in states.items() if s in ("Queued", "Running")]:
             return states
+        running = [n for n, s in states.items() if s == "Running"]
+        unrun = unrun + 1 if running and not live_workers() else 0
+        if unrun >= LOST_POLLS:
+            raise UserError(f"DVC's queue lost {', '.join(running)}: Running in `dvc queue status`, but no "
+                            "queue worker runs it. `dvc queue kill` it (that marks it Failed), then rerun "
+                            "the same command.")
         time.sleep(poll)
 
 

@@ -142,10 +142,12 @@ def torchrun() -> None:
 
 def first_failure(err, folder: Path) -> str:
     """torchrun's first failure (ChildFailedError) in one line: the failing rank's own line,
-    else how it ended."""
+    else how it ended. The line wins over a signal: a rank that wrote it and then died in
+    interpreter shutdown (gloo's threads can abort there: "terminate called without an active
+    exception", SIGABRT) failed for the reason it gave."""
     failed, failure = err.get_first_failure()
     said = folder / f"rank-{failed}.txt"
-    if failure.exitcode > 0 and said.is_file():
+    if failure.exitcode != 0 and said.is_file():
         return said.read_text().strip()
     if failure.exitcode < 0:
         return (f"rank {failed} (pid {failure.pid}) was killed by {failure.signal_name()} (kill, or the "

@@ -1,0 +1,77 @@
+"""textclf.tracking.dvc_exps against DVC's real experiment queue (slow: real celery workers) in
+a one-stage repo: nothing is queued while an idle worker lives, and an experiment the queue
+lost (marked Running, no worker runs it) is named instead of waited on forever. Both hung the
+sweep's resume test in CI: its second sweep queued a trial while the first sweep's idle worker
+was stopping, the worker took it and dropped it, and the sweep waited 25 minutes."""
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from textclf.common import UserError
+from textclf.tracking import dvc_exps
+
+from conftest import GIT_ENV, dvc
+
+pytestmark = pytest.mark.slow
+
+STAGE = """stages:
+  s:
+    cmd: python -c "import time, yaml; p = yaml.safe_load(open('params.yaml')); time.sleep(p['sleep']); open('m.json', 'w').write('{}')"
+    params: [sleep]
+    metrics: [m.json: {cache: false}]
+"""
+
+
+@pytest.fixture
+def queue_repo(tmp_path, monkeypatch) -> Path:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "dvc.yaml").write_text(STAGE)
+    (repo / "params.yaml").write_text("sleep: 0\n")
+    env = {**GIT_ENV, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    for cmd in (["git", "init", "-q"], ["dvc", "init", "-q"], ["git", "add", "-A"], ["git", "commit", "-qm", "s"]):
+        subprocess.run(cmd, cwd=repo, check=True)
+    monkeypatch.chdir(repo)
+    yield repo
+    subprocess.run(["dvc", "queue", "stop", "--kill"], cwd=repo, capture_output=True)
+
+
+def wait_for(check, failure: str, seconds: float = 120) -> None:
+    deadline = time.monotonic() + seconds
+    while not check():
+        assert time.monotonic() < deadline, failure
+        time.sleep(0.5)
+
+def test_nothing_is_queued_while_an_idle_worker_is_alive(queue_repo):
+    """A worker that found the queue empty stops ~10 s later and drops what it takes meanwhile:
+    queue() waits it out, so the experiment waits Queued for a worker run_queued starts."""
+    dvc_exps.dvc("queue", "start", "-j", "1")  # returns while its worker lives (a pipe waited for it)
+    wait_for(lambda: dvc_exps.live_workers() == 1, "no worker started", seconds=10)
+    dvc_exps.queue("a", ["sleep=0"])
+    status = dvc(queue_repo, "queue", "status")
+    assert dvc_exps.queue_states(status, ["a"]) == {"a": "Queued"} and dvc_exps.live_workers() == 0, status
+    assert dvc_exps.run_queued(["a"], 1, poll=1) == {"a": "Success"}
+
+
+def test_an_experiment_the_queue_lost_is_named_not_waited_on(queue_repo):
+    """The worker dies with its experiment (SIGKILL): `dvc queue status` says Running forever."""
+    dvc_exps.queue("lost", ["sleep=120"])
+    dvc_exps.dvc("queue", "start", "-j", "1")
+    wait_for(lambda: dvc_exps.queue_states(dvc(queue_repo, "queue", "status"), ["lost"]) == {"lost": "Running"},
+             "the experiment never started")
+    celery = queue_repo / ".dvc" / "tmp" / "exps"
+    for pid_file in [celery / "celery" / "dvc-exp-worker-1.pid", *celery.glob("run/*/*.pid")]:
+        os.killpg(os.getpgid(int(pid_file.read_text())), signal.SIGKILL)
+    started = time.monotonic()
+    with pytest.raises(UserError, match="DVC's queue lost lost: Running in `dvc queue status`, but no queue "
+                                        "worker runs it. `dvc queue kill` it") as err:
+        dvc_exps.run_queued(["lost"], 1, poll=1)
+    assert "\n" not in str(err.value) and time.monotonic() - started < 60
