@@ -49,6 +49,15 @@ class IngestParams(Section):
     max_bytes: int = ranged(1_000_000, 1)  # larger files (or texts, in tables) are skipped (and counted)
     min_per_class: int = ranged(5, 1)  # fewer kept documents in a class is an error
     near_duplicates: NearDuplicateParams = field(default_factory=NearDuplicateParams)
+    # multilabel: tables whose label cell holds several labels (a JSON list in JSON Lines, a
+    # list column in Parquet, or labels joined by label_delimiter); never guessed from the data
+    task: Literal["single_label", "multilabel"] = "single_label"
+    label_delimiter: str = ""  # multilabel: splits a label string, e.g. "|" (CSV/TSV need one)
+
+    def check(self) -> None:
+        if self.label_delimiter and self.task != "multilabel":
+            raise UserError(f"ingest.label_delimiter={self.label_delimiter!r} splits label lists, which only "
+                            "ingest.task: multilabel reads: set the task, or remove the delimiter.")
 
 
 @dataclass(frozen=True)

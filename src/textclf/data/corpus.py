@@ -25,6 +25,7 @@ import pandas as pd
 from textclf.config import NearDuplicateParams, load_params
 from textclf.common import UserError, atomic_path, temp_beside, write_json
 from textclf.data.ingest_report import IngestReport, SkipReason
+from textclf.data.labelsets import MULTILABEL, per_label
 from textclf.data.ledger import SCHEMA, Ledger
 from textclf.data.near_dups import NearDuplicates, group_sketched, sketch_and_keys
 from textclf.data.sources import Entry, is_hidden, open_source
@@ -235,24 +236,33 @@ def write_corpus(source: Path | str, out: Path | str, max_bytes: int, min_per_cl
     the corpus parquet at `out` (written atomically); returns the accounting report.
     Tables keep their row order; a folder's documents are sorted by path."""
     tables = table_files(str(source))
-    report = (IngestReport(str(source), tables=[str(p) for p in tables], columns=dataclasses.asdict(columns))
-              if tables else IngestReport(str(source)))
+    said = {k: v for k, v in dataclasses.asdict(columns).items()  # single-label reports as before
+            if columns.multilabel or k not in ("multilabel", "label_delimiter")}
+    report = IngestReport(str(source), tables=[str(p) for p in tables], columns=said) if tables \
+        else IngestReport(str(source))
     sketcher = partial(sketch_and_keys, size=near_duplicates.shingle_size,
                        num_perm=near_duplicates.num_perm) if near_duplicates.enabled else None
     with atomic_path(out) as tmp, temp_beside(tmp.parent, ".ingest.") as spill:
         ledger = Ledger(spill / "texts.arrow", sketcher)
         if tables:
             class_folders = _table_docs(tables, columns, max_bytes, report, ledger)
+        elif columns.multilabel:
+            raise UserError(f"ingest.task: multilabel reads tables whose label column holds label lists; "
+                            f"ingest.source={str(source)!r} is a folder of class folders (one class per "
+                            "document): set ingest.task: single_label, or give a table.")
         else:
             class_folders = _folder_docs(Path(source), max_bytes, report, ledger)
         ledger.close()
         order = ledger.dedupe(report)  # a folder's entries came sorted by path
         order, group_of = _group_near_duplicates(ledger, order, near_duplicates, report)
         per_class = Counter(ledger.labels[i] for i in order.tolist())
+        if columns.multilabel:  # documents per label; a label set is no class
+            per_class = per_label(per_class)
+            class_folders = set(per_label(Counter(class_folders)))
         report.finish(len(order), per_class, Counter(ledger.encodings))  # encodings: before de-duplication
         # A class folder whose every file was skipped still counts, with 0 documents.
         _check_classes(Counter({c: per_class.get(c, 0) for c in class_folders}), min_per_class)
-        ledger.write(tmp, order, group_of)
+        ledger.write(tmp, order, group_of, MULTILABEL if columns.multilabel else "")
     return report
 
 
@@ -267,7 +277,8 @@ class IngestPaths:
 def run_ingest(paths: IngestPaths) -> None:
     """The ingest stage: ingest.source -> the corpus and its accounting report."""
     params = load_params(paths.params).ingest
-    columns = Columns(params.text_column, params.label_column, params.id_column, params.tsv_quoting)
+    columns = Columns(params.text_column, params.label_column, params.id_column, params.tsv_quoting,
+                      params.task == MULTILABEL, params.label_delimiter)
     report = write_corpus(params.source, paths.corpus, params.max_bytes, params.min_per_class,
                           params.near_duplicates, columns)
     write_json(paths.report, report.to_json())

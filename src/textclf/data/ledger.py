@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from textclf.data.ingest_report import IngestReport, SkipReason
+from textclf.data.labelsets import TASK_KEY
 
 SPILL_ROWS = 10_000  # texts per spilled record batch, and rows per written corpus batch
 SCHEMA = pa.schema([(c, pa.string()) for c in
@@ -142,12 +143,14 @@ class Ledger:
         if texts:
             yield pa.array(texts, pa.string())
 
-    def write(self, path: Path, order: np.ndarray, group_of: np.ndarray) -> None:
+    def write(self, path: Path, order: np.ndarray, group_of: np.ndarray, task: str = "") -> None:
         """The corpus parquet: the documents at `order`; group_of[k] is the position (in
-        `order`) of document k's group's first document."""
+        `order`) of document k's group's first document. `task` (multilabel) goes into the
+        file's metadata (data.labelsets); the default writes the schema as it always was."""
         keys = self.split_keys(order, group_of)
         ids = [doc_id(self.paths[i]) for i in order.tolist()]
-        with pq.ParquetWriter(str(path), SCHEMA) as writer:
+        schema = SCHEMA.with_metadata({TASK_KEY: task.encode()}) if task else SCHEMA
+        with pq.ParquetWriter(str(path), schema) as writer:
             for k, texts in enumerate(self._text_batches(order)):
                 at = slice(k * SPILL_ROWS, k * SPILL_ROWS + len(texts))
                 rows = order[at].tolist()
@@ -158,4 +161,4 @@ class Ledger:
                            "group": [ids[g] for g in group_of[at].tolist()], "split_key": keys[at]}
                 writer.write_batch(pa.record_batch(
                     [v if isinstance(v, pa.Array) else pa.array(v, pa.string()) for v in columns.values()],
-                    schema=SCHEMA))
+                    schema=schema))

@@ -27,9 +27,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 
 from textclf.config import load_params
 from textclf.common import UserError, write_json, write_parquet
+from textclf.data.labelsets import refuse_multilabel_corpus
 
 SPLITS = ("train", "validation", "test")
 
@@ -223,6 +225,7 @@ def run_split(paths: SplitPaths) -> None:
     columns = ["doc_id", "label", "content_hash", "group", "source_path"]  # the path names it in diffs
     if cfg.method == "stable":
         columns.append("split_key")
+    refuse_multilabel_corpus(pq.read_schema(paths.corpus).metadata, "split")
     corpus = pd.read_parquet(paths.corpus, columns=columns)
     assignment, repairs = split_corpus(corpus, cfg.fractions, cfg.seed, cfg.method)
     write_parquet(assignment, paths.splits)

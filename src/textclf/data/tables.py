@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Iterator
 
 from textclf.data.ingest_report import IngestReport, SkipReason
+from textclf.data.labelsets import canonical, label_set, refuse_single_label_list
 from textclf.data.text import decode
 from textclf.common import UserError, open_parquet
 
@@ -43,6 +44,8 @@ class Columns:
     label: str = "label"
     id: str = ""  # empty: a row's id is its file and row number
     tsv_quoting: bool = False  # off: a `"` in a .tsv is text, as GLUE and most exports write it
+    multilabel: bool = False  # the label cell holds a label list (data.labelsets)
+    label_delimiter: str = ""  # multilabel: what joins labels in one string
 
 
 @dataclass(frozen=True)
@@ -133,9 +136,22 @@ def _value(value, kind: str) -> tuple[str, SkipReason | None]:
     return "", SkipReason.NON_STRING
 
 
+def _label(at: str, value, columns: Columns) -> tuple[str, SkipReason | None]:
+    """A label cell -> (class, or canonical label set; problem)."""
+    if not columns.multilabel:
+        refuse_single_label_list(value, at)
+        return _value(value, "label")
+    if value is None:
+        return "", SkipReason.MISSING_LABEL
+    labels = label_set(value, at, columns.label_delimiter)
+    if labels is None:
+        return "", SkipReason.NON_STRING
+    return (canonical(labels), None) if labels else ("", SkipReason.MISSING_LABEL)
+
+
 def _row(at: str, record: dict, columns: Columns) -> Row:
     text, problem = _value(record.get(columns.text), "text")
-    label, label_problem = _value(record.get(columns.label), "label")
+    label, label_problem = _label(at, record.get(columns.label), columns)
     ident = _value(record.get(columns.id), "label")[0] if columns.id else ""
     return Row(at, label, text, problem or label_problem, ident)
 

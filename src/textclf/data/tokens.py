@@ -15,6 +15,7 @@ import numpy as np
 from textclf.config import TokenizeParams, load_params
 from textclf.common import UserError, atomic_path, open_parquet, write_csv, write_json
 from textclf.data.tokenizing import CHUNKS, Encoded, RustTokenizer, encode_texts
+from textclf.data.labelsets import refuse_multilabel_corpus
 from textclf.model_source import hub_offline, not_found, resolve_model_name
 
 CHUNK = 2_000  # documents tokenized and written per record batch: their encodings are the peak
@@ -128,6 +129,7 @@ def write_tokens(tokenizer, corpus: str | Path, params: TokenizeParams,
 
     lengths, rows = [], []
     source = open_parquet(corpus)
+    refuse_multilabel_corpus(source.schema_arrow.metadata, "tokenize")
     with atomic_path(path) as tmp:
         writer = None
         for part in source.iter_batches(batch_size=CHUNK, columns=["doc_id", "label", "text"]):

@@ -1,0 +1,78 @@
+"""Several labels per document (`ingest.task: multilabel`): a table's label cell -> the
+document's label set, kept in the corpus's `label` column as its canonical JSON list (distinct,
+sorted), so that de-duplication, near-duplicate groups and the ledger treat a label set as
+they treat a class (two copies with other label sets are a conflict, as two classes are).
+
+The shape is never guessed: a JSON list (JSONL) or a list column (Parquet), or a string cut
+at `ingest.label_delimiter` (CSV/TSV, or any format that sets it). A list under
+`task: single_label`, or a string under `multilabel` with no delimiter, stops ingest naming
+the param. The corpus says which task made it (TASK_KEY in its Parquet metadata): a stage that
+cannot use a multi-label corpus refuses it instead of reading label sets as classes.
+"""
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+from textclf.common import UserError
+
+TASK_KEY = b"textclf.task"
+MULTILABEL = "multilabel"
+
+
+def canonical(labels: list[str]) -> str:
+    """A label set as the corpus keeps it: '["politics", "sport"]' (distinct, sorted)."""
+    return json.dumps(sorted(set(labels)))
+
+
+def labels_of(label: str) -> list[str]:
+    """The corpus's label of a multi-label document -> its labels."""
+    return json.loads(label)
+
+
+def per_label(per_set: Counter) -> Counter:
+    """Documents per label set -> documents per label (a document counts once for each)."""
+    out: Counter = Counter()
+    for label_set, n in per_set.items():
+        for label in labels_of(label_set):
+            out[label] += n
+    return out
+
+
+def label_set(value, at: str, delimiter: str) -> list[str] | None:
+    """A multi-label cell -> its labels (stripped, empty ones dropped: [] holds no label), or
+    None where an item is not a label (neither a string nor an integer)."""
+    if isinstance(value, str):
+        if not delimiter:
+            raise UserError(f"{at}: the label is the string {value[:60]!r}, but ingest.task: multilabel reads "
+                            "label lists: a JSON list in JSON Lines, a list column in Parquet, or set "
+                            "ingest.label_delimiter (e.g. '|') for labels joined in one string (CSV/TSV).")
+        items = value.split(delimiter)
+    elif isinstance(value, (list, tuple)):
+        items = list(value)
+    else:
+        items = [value]
+    labels = []
+    for item in items:
+        if isinstance(item, int) and not isinstance(item, bool):
+            item = str(item)
+        if not isinstance(item, str):
+            return None
+        if item.strip():
+            labels.append(item.strip())
+    return labels
+
+
+def refuse_single_label_list(value, at: str) -> None:
+    """A list in the label column of a single-label corpus: it holds label sets."""
+    if isinstance(value, (list, tuple)):
+        raise UserError(f"{at}: the label is a list ({json.dumps(value)[:80]}); a document with several "
+                        "labels needs ingest.task: multilabel.")
+
+
+def refuse_multilabel_corpus(metadata: dict | None, stage: str) -> None:
+    """A stage that trains one class per document, given a multi-label corpus."""
+    if (metadata or {}).get(TASK_KEY) == MULTILABEL.encode():
+        raise UserError(f"the corpus was ingested with ingest.task: multilabel; the {stage} stage does not "
+                        "read label sets yet (several labels per document stop at ingest in this "
+                        "version): set ingest.task: single_label, one class per document.")
