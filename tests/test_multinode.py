@@ -232,6 +232,19 @@ def test_a_rank_that_said_its_error_and_then_aborted_fails_for_that_reason(tmp_p
     how = "was killed by SIGABRT" if exitcode < 0 else "exited with status 1"
     assert how in first_failure(ChildFailedError("stages.train", {0: failure}), tmp_path)
 
+
+def test_a_killed_rank_is_the_cause_over_the_rank_that_lost_it(tmp_path):
+    """SIGKILL to rank 1: rank 0 writes "a process was lost" and exits at once; torchrun stamps
+    both failures to the same second, and min() picked rank 0. The killed rank is the cause."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+    from textclf.train.launch import first_failure
+    (tmp_path / "rank-0.txt").write_text("a process was lost mid-training: rank 0 lost its connection ...")
+    none = str(tmp_path / "none.json")
+    failures = {0: ProcessFailure(0, 11, 1, none), 1: ProcessFailure(1, 12, -9, none)}
+    failures[0].timestamp = failures[1].timestamp  # the tie
+    assert first_failure(ChildFailedError("stages.train", failures), tmp_path).startswith(
+        "rank 1 (pid 12) was killed by SIGKILL")
+
 LOSING_A_NODE = """
 import os, torch, torch.distributed as dist
 from textclf.train.launch import failures_to_launcher
@@ -250,7 +263,8 @@ def test_a_rank_that_loses_a_node_says_so_in_one_line_for_its_launcher(tmp_path)
     (it printed 40 lines of traceback, then torchrun 30 more and the launcher "the failing rank's
     error is logged above"). Now rank 0 leaves one line for its launcher, saying a node was
     lost, and exits 1 without a word; the launcher says that line (the node with other params,
-    above, takes the same path end to end)."""
+    above, takes the same path end to end). It exits without interpreter shutdown: there, with
+    the gloo group open, 2 runs in 10 aborted (SIGABRT, exit -6) after writing the line."""
     port = free_port()
     ranks = [subprocess.Popen([sys.executable, "-c", LOSING_A_NODE], stderr=subprocess.PIPE, text=True, env={
         **os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": "2", "RANK": str(r),

@@ -50,6 +50,7 @@ LAUNCH_DIR = "TEXTCLF_LAUNCH_DIR"
 RDZV_FILE, FAILURE_FILE = "rendezvous.txt", "failure.txt"
 # gloo's words when another rank's process or machine went away mid-collective
 LOST = ("Connection closed by peer", "Connection reset by peer")
+LOST_LINES = ("a node was lost mid-training", "a process was lost mid-training")  # lost_peer's lines
 
 
 def is_worker() -> bool:
@@ -147,6 +148,13 @@ def first_failure(err, folder: Path) -> str:
     exception", SIGABRT) failed for the reason it gave."""
     failed, failure = err.get_first_failure()
     said = folder / f"rank-{failed}.txt"
+    silent = [(r, f) for r, f in sorted(err.failures.items())
+              if f.exitcode < 0 and not (folder / f"rank-{r}.txt").is_file()]
+    if silent and said.is_file() and said.read_text().startswith(LOST_LINES):
+        # torchrun stamps failures to the second: a rank that lost its peer can tie with the
+        # peer that was killed, and the killed one is the cause
+        failed, failure = silent[0]
+        said = folder / f"rank-{failed}.txt"
     if failure.exitcode != 0 and said.is_file():
         return said.read_text().strip()
     if failure.exitcode < 0:
@@ -191,7 +199,12 @@ def failures_to_launcher():
         if os.environ.get(DEBUG_ENV) == "1":
             log.exception("the traceback, as %s=1 asks:", DEBUG_ENV)
         Path(folder, f"rank-{rank()}.txt").write_text(lost or one_line(err))
-        raise SystemExit(1) from None
+        # os._exit, not SystemExit: interpreter shutdown with the gloo group still open can
+        # abort ("terminate called without an active exception", SIGABRT), and the launcher
+        # would report a kill instead of this line; every output of the stage is atomic.
+        logging.shutdown()
+        sys.stdout.flush(), sys.stderr.flush()
+        os._exit(1)
 
 
 def check_same_inputs(accelerator, key: str, processes: int) -> None:
