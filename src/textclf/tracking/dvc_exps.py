@@ -4,7 +4,6 @@ queue one with its `-S` params, start the queue's workers, wait until the named 
 from __future__ import annotations
 
 import logging
-import re
 import subprocess
 import tempfile
 import time
