@@ -1,9 +1,9 @@
 """ingest.task: multilabel (part 3 of issue 33, its first step): a table's label cell holding
 several labels becomes the document's label set, in every table format, and the shape is
 never guessed: a list under single_label, a string with no delimiter, a class-folder corpus
-and a delimiter without the task each stop in one line naming the param. Stages that do not
-read label sets yet (tokenize, split) refuse a multi-label corpus instead of reading each
-label set as a class."""
+and a delimiter without the task each stop in one line naming the param. A stage that does not
+read label sets yet (tokenize) refuses a multi-label corpus instead of reading each label set
+as a class (split reads them: tests/test_multilabel_split.py)."""
 import json
 
 import pandas as pd
@@ -15,11 +15,10 @@ from textclf.common import UserError
 from textclf.config import NearDuplicateParams, parse_section
 from textclf.data.corpus import build_corpus, write_corpus
 from textclf.data.labelsets import TASK_KEY
-from textclf.data.splitting import SplitPaths, run_split
 from textclf.data.tables import Columns
 from textclf.data.tokens import write_tokens
 
-from conftest import REPO, write_params
+from conftest import REPO
 
 ND = NearDuplicateParams(enabled=False)
 MULTI = Columns(multilabel=True)
@@ -101,7 +100,4 @@ def test_stages_that_train_one_class_refuse_a_multilabel_corpus(tmp_path):
     with pytest.raises(UserError, match="ingested with ingest.task: multilabel; the tokenize stage does not read "
                                         "label sets yet"):
         write_tokens(None, corpus, parse_section("tokenize", {}), tmp_path / "tokens.parquet")
-    params = write_params(tmp_path / "params.yaml")
-    with pytest.raises(UserError, match="the split stage does not read label sets yet"):
-        run_split(SplitPaths(str(params), str(corpus), str(tmp_path / "s.parquet"), str(tmp_path / "c.json")))
-    assert not (tmp_path / "tokens.parquet").exists() and not (tmp_path / "s.parquet").exists()
+    assert not (tmp_path / "tokens.parquet").exists()

@@ -70,6 +70,11 @@ def refuse_single_label_list(value, at: str) -> None:
                         "labels needs ingest.task: multilabel.")
 
 
+def is_multilabel(metadata: dict | None) -> bool:
+    """A corpus's (or token store's) Parquet metadata -> whether ingest.task: multilabel made it."""
+    return (metadata or {}).get(TASK_KEY) == MULTILABEL.encode()
+
+
 def refuse_multilabel_corpus(metadata: dict | None, stage: str) -> None:
     """A stage that trains one class per document, given a multi-label corpus."""
     if (metadata or {}).get(TASK_KEY) == MULTILABEL.encode():

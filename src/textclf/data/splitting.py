@@ -17,6 +17,9 @@ to the split its midpoint falls in. A class's count in a split then differs from
 largest-remainder target by at most the size of the class's largest group (half of it for
 train and test, one boundary each). Exact counts, but one RNG permutes every class: adding a
 single document reshuffles documents of every class.
+
+A multi-label corpus (ingest.task: multilabel, its task in the Parquet metadata) is split by
+textclf.data.multilabel_split, per label: the checks and counts here read it a row per label.
 """
 from __future__ import annotations
 
@@ -31,7 +34,7 @@ import pyarrow.parquet as pq
 
 from textclf.config import load_params
 from textclf.common import UserError, write_json, write_parquet
-from textclf.data.labelsets import refuse_multilabel_corpus
+from textclf.data.labelsets import MULTILABEL, is_multilabel, labels_of
 
 SPLITS = ("train", "validation", "test")
 
@@ -120,6 +123,15 @@ def _repair(stratum: pd.Series, places: pd.Series, split_of: pd.Series,
     return moves
 
 
+def stable_places(groups: pd.Series, keys: pd.Series, fractions: dict[str, float],
+                  seed: int) -> tuple[pd.Series, pd.Series]:
+    """groups, keys in doc id order -> (each group's place in [0, 1), its split index before
+    any repair), both indexed by group."""
+    group_key = keys.groupby(groups, sort=True).min()  # one key per group (ingest writes them equal)
+    places = pd.Series([bucket(k, seed) for k in group_key], index=group_key.index)
+    return places, pd.Series(_cut(places.to_numpy(), fractions), index=places.index)
+
+
 def stable_assign(labels: pd.Series, groups: pd.Series, keys: pd.Series,
                   fractions: dict[str, float], seed: int) -> tuple[pd.Series, list[dict]]:
     """labels, groups, keys indexed by doc id (a group's documents share its key) -> (split
@@ -127,14 +139,20 @@ def stable_assign(labels: pd.Series, groups: pd.Series, keys: pd.Series,
     unless it was moved to give its class a split it would otherwise lack."""
     order = labels.index.sort_values()
     labels, groups, keys = labels[order], groups[order], keys[order]
-    group_key = keys.groupby(groups, sort=True).min()  # one key per group (ingest writes them equal)
-    places = pd.Series([bucket(k, seed) for k in group_key], index=group_key.index)
-    split_of = pd.Series(_cut(places.to_numpy(), fractions), index=places.index)
+    places, split_of = stable_places(groups, keys, fractions, seed)
     moves = _repair(group_labels(labels, groups), places, split_of, fractions)
     return groups.map(lambda g: SPLITS[split_of[g]]).rename("split"), moves
 
 
-def _check_every_class_everywhere(assignment: pd.DataFrame, fractions: dict[str, float]) -> None:
+def per_label_rows(assignment: pd.DataFrame) -> pd.DataFrame:
+    """A multi-label assignment -> a row per (document, label): a document counts once for
+    each of its labels, in the checks and the counts alike."""
+    return assignment.assign(label=assignment["label"].map(labels_of)).explode("label")
+
+
+def _check_every_class_everywhere(assignment: pd.DataFrame, fractions: dict[str, float],
+                                  kind: str = "class") -> None:
+    """Every `label` value in every split (given per_label_rows: every label, `kind` 'label')."""
     present = assignment.groupby("label")["split"].agg(set)
     for label, splits in present.items():
         missing = [s for s in SPLITS if s not in splits]
@@ -142,7 +160,7 @@ def _check_every_class_everywhere(assignment: pd.DataFrame, fractions: dict[str,
             docs = assignment[assignment["label"] == label]
             largest = int(docs["group"].value_counts().max())
             raise UserError(
-                f"class {label!r} has {len(docs)} documents in {docs['group'].nunique()} "
+                f"{kind} {label!r} has {len(docs)} documents in {docs['group'].nunique()} "
                 f"near-duplicate group(s) (largest {largest}), too few to give split(s) {missing} "
                 f"one each with split.fractions={fractions}; add documents, raise "
                 "ingest.min_per_class, or raise ingest.near_duplicates.threshold.")
@@ -154,11 +172,15 @@ def _needs(corpus: pd.DataFrame, column: str, since: str) -> None:
                         "rerun ingest (`dvc repro ingest`).")
 
 
-def _finish(frame: pd.DataFrame, split: pd.Series, fractions: dict[str, float]) -> pd.DataFrame:
+def _finish(frame: pd.DataFrame, split: pd.Series, fractions: dict[str, float],
+            multilabel: bool = False) -> pd.DataFrame:
     kept = ["label", "content_hash", "group"] + (["source_path"] if "source_path" in frame else [])
     out = (frame[kept].join(split).sort_index()
            .rename_axis("doc_id").reset_index())
-    _check_every_class_everywhere(out, fractions)
+    if multilabel:  # per label: a label set is no class
+        _check_every_class_everywhere(per_label_rows(out), fractions, "label")
+    else:
+        _check_every_class_everywhere(out, fractions)
     check_disjoint(out)
     return out
 
@@ -183,8 +205,12 @@ def stable_split(corpus: pd.DataFrame, fractions: dict[str, float],
 
 
 def split_corpus(corpus: pd.DataFrame, fractions: dict[str, float], seed: int,
-                 method: str) -> tuple[pd.DataFrame, list[dict]]:
-    """The split stage's work, by split.method -> (assignment, repair moves)."""
+                 method: str, multilabel: bool = False) -> tuple[pd.DataFrame, list[dict]]:
+    """The split stage's work, by split.method and the corpus's task -> (assignment, repair moves)."""
+    if multilabel:
+        # Imported here: it builds on this module's hashing and checks, so it imports this module.
+        from textclf.data.multilabel_split import split_multilabel
+        return split_multilabel(corpus, fractions, seed, method)
     if method == "stratified_shuffle":
         return stratified_split(corpus, fractions, seed), []
     return stable_split(corpus, fractions, seed)
@@ -202,7 +228,10 @@ def check_disjoint(assignment: pd.DataFrame) -> None:
                              f"e.g. {leaked.index[0]}; {fix}.")
 
 
-def class_counts(assignment: pd.DataFrame) -> dict[str, dict[str, int]]:
+def class_counts(assignment: pd.DataFrame, multilabel: bool = False) -> dict[str, dict[str, int]]:
+    """Documents per class per split; multi-label: per label (a document once for each of its labels)."""
+    if multilabel:
+        assignment = per_label_rows(assignment)
     table = assignment.groupby(["split", "label"]).size()  # sorted by split, then label
     counts: dict[str, dict[str, int]] = {split: {} for split in SPLITS}
     for (split, label), n in zip(table.index, table.tolist()):
@@ -216,7 +245,7 @@ class SplitPaths:
     params: str
     corpus: str
     splits: str  # written: doc_id -> split (parquet)
-    counts: str  # written: class counts per split, the method and its repair moves (JSON)
+    counts: str  # written: class (label) counts per split, the method and its repair moves (JSON)
 
 
 def run_split(paths: SplitPaths) -> None:
@@ -225,13 +254,17 @@ def run_split(paths: SplitPaths) -> None:
     columns = ["doc_id", "label", "content_hash", "group", "source_path"]  # the path names it in diffs
     if cfg.method == "stable":
         columns.append("split_key")
-    refuse_multilabel_corpus(pq.read_schema(paths.corpus).metadata, "split")
+    multilabel = is_multilabel(pq.read_schema(paths.corpus).metadata)
     corpus = pd.read_parquet(paths.corpus, columns=columns)
-    assignment, repairs = split_corpus(corpus, cfg.fractions, cfg.seed, cfg.method)
+    assignment, repairs = split_corpus(corpus, cfg.fractions, cfg.seed, cfg.method, multilabel)
     write_parquet(assignment, paths.splits)
-    counts = class_counts(assignment)
-    write_json(paths.counts, {**counts, "method": cfg.method, "repairs": repairs})
+    counts = class_counts(assignment, multilabel)
+    sizes = {s: int((assignment["split"] == s).sum()) for s in SPLITS}
+    # Multi-label: per-label counts add up to more than the documents, so these are said apart;
+    # a single-label file keeps its keys (byte for byte what it was).
+    task = {"task": MULTILABEL, "documents": sizes} if multilabel else {}
+    write_json(paths.counts, {**counts, **task, "method": cfg.method, "repairs": repairs})
     logging.getLogger("split").info(
         "split (%s) sizes: %s; %d near-duplicate groups, none in two splits; %d group(s) moved so "
-        "that every class is in every split", cfg.method, {s: sum(c.values()) for s, c in counts.items()},
-        int((assignment["group"].value_counts() > 1).sum()), len(repairs))
+        "that every %s is in every split", cfg.method, sizes,
+        int((assignment["group"].value_counts() > 1).sum()), len(repairs), "label" if multilabel else "class")
