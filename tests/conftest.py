@@ -183,6 +183,25 @@ def tiny_chunked(tmp_path_factory, prepared_tiny) -> tuple[Path, dict]:
     return folder, json.loads((folder / "run.json").read_text())
 
 
+def write_multilabel_table(path: Path, root: Path = REPO / "data" / "sample", singles: int = 8) -> Path:
+    """A multi-label JSON Lines table from a class-folder corpus (the demo one by default):
+    per class its first `singles` documents alone, with their class; then each class's next
+    documents joined with another class's, labelled with both (class c with c + 1, each
+    document used once), so no text is in two rows and no row is a near-duplicate of another."""
+    classes = sorted(d.name for d in root.iterdir() if d.is_dir())
+    docs = {c: [f.read_text(encoding="utf-8", errors="replace").strip()
+                for f in sorted((root / c).glob("*.txt"))] for c in classes}
+    rows = [{"text": t, "label": [c]} for c in classes for t in docs[c][:singles]]
+    half = (min(len(v) for v in docs.values()) - singles) // 2
+    for k, c in enumerate(classes):
+        other = classes[(k + 1) % len(classes)]
+        for i in range(half):
+            rows.append({"text": docs[c][singles + i] + "\n\n" + docs[other][singles + half + i],
+                         "label": [c, other]})
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
 def prepare(tmp_path: Path, sample_corpus: Path, model_dir: Path, monkeypatch):
     """Ingest, tokenize and split the demo corpus; MLflow pointed at tmp_path."""
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")

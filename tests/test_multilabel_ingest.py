@@ -1,9 +1,8 @@
 """ingest.task: multilabel (part 3 of issue 33, its first step): a table's label cell holding
 several labels becomes the document's label set, in every table format, and the shape is
 never guessed: a list under single_label, a string with no delimiter, a class-folder corpus
-and a delimiter without the task each stop in one line naming the param. A stage that does not
-read label sets yet (tokenize) refuses a multi-label corpus instead of reading each label set
-as a class (split reads them: tests/test_multilabel_split.py)."""
+and a delimiter without the task each stop in one line naming the param. The stages after it
+read label sets: tests/test_multilabel_split.py, tests/test_multilabel.py."""
 import json
 
 import pandas as pd
@@ -16,7 +15,6 @@ from textclf.config import NearDuplicateParams, parse_section
 from textclf.data.corpus import build_corpus, write_corpus
 from textclf.data.labelsets import TASK_KEY
 from textclf.data.tables import Columns
-from textclf.data.tokens import write_tokens
 
 from conftest import REPO
 
@@ -92,12 +90,3 @@ def test_a_delimiter_without_the_task_is_refused():
                                         "ingest.task: multilabel reads"):
         parse_section("ingest", {"label_delimiter": "|"})
     assert parse_section("ingest", {"task": "multilabel", "label_delimiter": "|"}).label_delimiter == "|"
-
-
-def test_stages_that_train_one_class_refuse_a_multilabel_corpus(tmp_path):
-    corpus = tmp_path / "corpus.parquet"
-    write_corpus(jsonl(tmp_path, LABELS), corpus, 1_000_000, 1, ND, MULTI)
-    with pytest.raises(UserError, match="ingested with ingest.task: multilabel; the tokenize stage does not read "
-                                        "label sets yet"):
-        write_tokens(None, corpus, parse_section("tokenize", {}), tmp_path / "tokens.parquet")
-    assert not (tmp_path / "tokens.parquet").exists()

@@ -5,7 +5,9 @@
     cat headlines.txt | python -m textclf.predict models/model      # one text per line
     python -m textclf.predict models/model --table in.parquet --out preds.parquet   # a table
 
-Prints one tab-separated line per input: source, label, probability of that label.
+Prints one tab-separated line per input: source, label, probability of that label (a
+multi-label model: its labels as a JSON list, '["politics", "sport"]', and the probability
+of exactly that set).
 With --table (CSV, TSV, JSON Lines or Parquet), writes every row's predictions to --out
 instead (docs/table_scoring.md). The MLflow pyfunc (textclf.inference.serving) wraps the same
 Predictor, so both give the same numbers.
@@ -18,7 +20,6 @@ import sys
 from pathlib import Path
 
 from textclf.data.text import decode
-from textclf.inference.frames import probability_frame
 from textclf.inference.loading import load_predictor
 from textclf.inference.table_scores import open_table, score_table
 from textclf.common import UserError, run_stage, setup_logging
@@ -95,7 +96,7 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.WARNING, format="%(name)s %(levelname)s %(message)s")
     sources, texts = read_inputs(args.files)
     predictor = load_predictor(args.model_dir, args.batch_size)
-    frame = probability_frame(predictor.predict_proba(texts), predictor.labels)
+    frame = predictor.predict(texts)  # multi-label: `label` is the label set, '["politics", "sport"]'
     for source, label, prob in zip(sources, frame["label"], frame["probability"]):
         sys.stdout.write(f"{source}\t{label}\t{prob:.4f}\n")
 

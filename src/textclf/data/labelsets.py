@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 from collections import Counter
 
+import numpy as np
+
 from textclf.common import UserError
 
 TASK_KEY = b"textclf.task"
@@ -28,6 +30,20 @@ def canonical(labels: list[str]) -> str:
 def labels_of(label: str) -> list[str]:
     """The corpus's label of a multi-label document -> its labels."""
     return json.loads(label)
+
+
+def label_sets(hot, labels: list[str]) -> list[str]:
+    """(N, C) multi-hot rows (bool or 0/1) -> each row's label set as the corpus writes it."""
+    return [json.dumps(sorted(label for label, on in zip(labels, row) if on)) for row in hot]
+
+
+def hot(label_sets_, labels: list[str]) -> np.ndarray:
+    """Label sets as the corpus writes them -> (N, C) multi-hot over `labels`."""
+    index = {label: i for i, label in enumerate(labels)}
+    out = np.zeros((len(label_sets_), len(labels)), dtype=bool)
+    for row, label_set in enumerate(label_sets_):
+        out[row, [index[label] for label in labels_of(label_set)]] = True
+    return out
 
 
 def per_label(per_set: Counter) -> Counter:
@@ -75,9 +91,15 @@ def is_multilabel(metadata: dict | None) -> bool:
     return (metadata or {}).get(TASK_KEY) == MULTILABEL.encode()
 
 
+def task_metadata(multilabel: bool) -> dict[bytes, bytes]:
+    """What a stage writes into the Parquet metadata of a file it derives from a multi-label
+    corpus (nothing for single-label: its files stay as they were)."""
+    return {TASK_KEY: MULTILABEL.encode()} if multilabel else {}
+
+
 def refuse_multilabel_corpus(metadata: dict | None, stage: str) -> None:
     """A stage that trains one class per document, given a multi-label corpus."""
-    if (metadata or {}).get(TASK_KEY) == MULTILABEL.encode():
+    if is_multilabel(metadata):
         raise UserError(f"the corpus was ingested with ingest.task: multilabel; the {stage} stage does not "
                         "read label sets yet (several labels per document stop at ingest in this "
                         "version): set ingest.task: single_label, one class per document.")

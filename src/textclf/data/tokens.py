@@ -15,7 +15,7 @@ import numpy as np
 from textclf.config import TokenizeParams, load_params
 from textclf.common import UserError, atomic_path, open_parquet, write_csv, write_json
 from textclf.data.tokenizing import CHUNKS, Encoded, RustTokenizer, encode_texts
-from textclf.data.labelsets import refuse_multilabel_corpus
+from textclf.data.labelsets import is_multilabel, task_metadata
 from textclf.model_source import hub_offline, not_found, resolve_model_name
 
 CHUNK = 2_000  # documents tokenized and written per record batch: their encodings are the peak
@@ -129,14 +129,14 @@ def write_tokens(tokenizer, corpus: str | Path, params: TokenizeParams,
 
     lengths, rows = [], []
     source = open_parquet(corpus)
-    refuse_multilabel_corpus(source.schema_arrow.metadata, "tokenize")
+    task = task_metadata(is_multilabel(source.schema_arrow.metadata))  # train reads label sets by it
     with atomic_path(path) as tmp:
         writer = None
         for part in source.iter_batches(batch_size=CHUNK, columns=["doc_id", "label", "text"]):
             enc = encode_texts(tokenizer, part.column("text").to_pylist(), params.max_length,
                                params.truncation, params.stride)
             batch = encoded_batch(part, enc)
-            writer = writer or pq.ParquetWriter(tmp, batch.schema)
+            writer = writer or pq.ParquetWriter(tmp, batch.schema.with_metadata(task) if task else batch.schema)
             writer.write_batch(batch)
             lengths.append(np.asarray(enc.lengths, dtype=np.int32))
             rows.append(np.asarray(enc.counts or [1] * len(enc.lengths), dtype=np.int32))

@@ -22,7 +22,9 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import normalize
 
 from textclf.config import BaselineParams, load_params
+from textclf.data.labelsets import is_multilabel
 from textclf.data.weights import class_weights
+from textclf.evaluate.baseline_multilabel import fit_multilabel, multilabel_predictions
 from textclf.evaluate.metrics import classification_scores
 from textclf.inference.frames import PROB_PREFIX
 from textclf.common import UserError, open_parquet, write_json, write_parquet
@@ -175,6 +177,8 @@ def run_baseline(paths: BaselinePaths) -> None:
     params = load_params(paths.params)
     cfg, weights = params.baseline, params.train.class_weights
     splits = pd.read_parquet(paths.splits, columns=["doc_id", "split"])
+    if is_multilabel(open_parquet(paths.corpus).schema_arrow.metadata):
+        return run_multilabel(paths, cfg, weights, splits)
     doc_ids, labels, classes, probs = predict_test(paths.corpus, splits, cfg, weights)  # probs: (N, C)
     predictions = pd.DataFrame({"doc_id": doc_ids, "label": labels,
                                 "predicted": np.asarray(classes, dtype=object)[probs.argmax(axis=1)]})
@@ -185,3 +189,13 @@ def run_baseline(paths: BaselinePaths) -> None:
     write_parquet(predictions, paths.predictions)
     logging.getLogger("baseline").info("baseline test accuracy %.4f, macro-F1 %.4f", scores["accuracy"],
                                        scores["macro_f1"])
+
+
+def run_multilabel(paths: BaselinePaths, cfg: BaselineParams, weights: str, splits: pd.DataFrame) -> None:
+    """The baseline stage on a multi-label corpus: one-vs-rest, thresholds tuned on validation."""
+    read = {name: read_split(paths.corpus, splits, name) for name in ("train", "validation", "test")}
+    labels, thresholds, probs = fit_multilabel({k: v[2].to_pylist() for k, v in read.items()},
+                                               {k: v[1] for k, v in read.items()}, cfg, weights)
+    predictions, scores = multilabel_predictions(read["test"][0], read["test"][1], labels, probs, thresholds)
+    write_json(paths.out, {**scores, "class_weights": weights})
+    write_parquet(predictions, paths.predictions)

@@ -18,11 +18,14 @@ from textclf.evaluate.champion import SPLITS_ARTIFACT, Challenge
 from textclf.evaluate.comparison import compare, per_class_accuracy
 from textclf.evaluate.serving_check import check_export, served_model, serving_mlflow
 from textclf.evaluate.metrics import calibration, classification_scores, metric_names, mlflow_metrics, test_metrics
-from textclf.inference.frames import PROB_PREFIX, probability_frame
+from textclf.data.labelsets import hot, label_sets
+from textclf.evaluate.multilabel import decide, multilabel_test_metrics, per_label_recall
+from textclf.inference.frames import PROB_PREFIX, label_set_frame, probability_frame
 from textclf.inference.proba import inference_device, predict_proba
 from textclf.common import UserError, read_json, write_csv, write_json, write_parquet
 from textclf.model.batching import read_token_splits
-from textclf.model.modeling import folder_params, load_classifier, load_tokenizer, pad_id
+from textclf.model.modeling import (folder_params, is_multilabel_model, load_classifier, load_thresholds,
+                                    load_tokenizer, pad_id)
 from textclf.tracking.registry import current_champion, register, split_hash, version_tags
 from textclf.tracking.runs import add_to_run, git_commit
 from textclf.tracking.store import training_run
@@ -60,9 +63,31 @@ def prediction_frame(doc_ids: list[str], y_true, probs: np.ndarray, labels: list
     return frame
 
 
-def versus_baseline(predictions: pd.DataFrame, baseline: pd.DataFrame, labels: list[str], cfg) -> dict:
+def multilabel_results(doc_ids: list[str], y_true: np.ndarray, probs: np.ndarray, thresholds: np.ndarray,
+                       labels: list[str]) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
+    """A multi-label model's test results -> (metrics, per-document predictions: doc_id,
+    label and predicted label sets, labels (the list), correct (exact match), prob_<label>;
+    confusion rows: one (actual, predicted) per label a document carries and label it is
+    given). ECE: the predicted set's probability against exact match, as single-label's is
+    the predicted class's against a right answer."""
+    pred = decide(probs, thresholds)
+    metrics = multilabel_test_metrics(y_true, pred, labels)
+    metrics["thresholds"] = dict(zip(labels, thresholds.tolist()))
+    frame = label_set_frame(probs, labels, thresholds).rename(columns={"label": "predicted"})
+    frame.insert(0, "doc_id", doc_ids)
+    frame.insert(1, "label", label_sets(y_true, labels))
+    frame.insert(5, "correct", frame["label"] == frame["predicted"])
+    metrics["ece"] = calibration(frame["probability"], frame["correct"])["ece"]
+    names = np.asarray(labels)
+    rows = [(a, p) for t, d in zip(np.asarray(y_true, dtype=bool), pred) for a in names[t] for p in names[d]]
+    return metrics, frame, pd.DataFrame(rows, columns=["actual", "predicted"])
+
+
+def versus_baseline(predictions: pd.DataFrame, baseline: pd.DataFrame, labels: list[str], cfg,
+                    multilabel: bool = False) -> dict:
     """The paired comparison, per-class accuracy of both, and (evaluate.ensemble) the scores
-    of the mean of both systems' probabilities, all on the same test documents."""
+    of the mean of both systems' probabilities, all on the same test documents. Multi-label:
+    paired on exact match (the whole label set right), per label each system's recall."""
     if set(baseline["doc_id"]) != set(predictions["doc_id"]):
         raise UserError("the baseline predictions cover other test documents than the model's; "
                          "rerun both on the same split: dvc repro baseline evaluate.")
@@ -72,9 +97,16 @@ def versus_baseline(predictions: pd.DataFrame, baseline: pd.DataFrame, labels: l
     base = baseline.set_index("doc_id").loc[predictions["doc_id"]]  # the model's document order
     out = {"comparison": compare(predictions["correct"].to_numpy(),
                                  (base["predicted"] == base["label"]).to_numpy(),
-                                 cfg.bootstrap, cfg.seed, cfg.alpha),
-           "per_class_accuracy": per_class_accuracy(labels, predictions["label"],
-                                                    predictions["predicted"], base["predicted"])}
+                                 cfg.bootstrap, cfg.seed, cfg.alpha)}
+    if multilabel:  # exact match per document above; per label, each system's recall
+        out["per_class_accuracy"] = per_label_recall(labels, hot(predictions["label"], labels),
+                                                     hot(predictions["predicted"], labels), hot(base["predicted"], labels))
+        if cfg.ensemble:
+            log.info("evaluate.ensemble: not scored for a multi-label model (the model and the baseline "
+                     "cut their probabilities at thresholds of their own)")
+        return out
+    out["per_class_accuracy"] = per_class_accuracy(labels, predictions["label"], predictions["predicted"],
+                                                   base["predicted"])
     if cfg.ensemble:  # a class the baseline never saw in training gets probability 0 there
         cols = [PROB_PREFIX + c for c in labels]
         base_probs = base.reindex(columns=cols, fill_value=0.0).to_numpy()
@@ -120,25 +152,36 @@ def run(paths: EvaluatePaths) -> None:
     cfg = params.evaluate
     training = training_run(paths.run_file)  # before the work: fail in one line, naming the store
     model, labels = load_classifier(paths.model_dir)
+    multilabel = is_multilabel_model(model)
+    thresholds = load_thresholds(paths.model_dir, labels) if multilabel else None
     test = read_token_splits(paths.tokens, paths.splits, labels, names=("test",))[0]["test"]
     input_ids, y_true, doc_ids = test.input_ids, np.asarray(test.labels), test.doc_ids or []
     device, mixed = inference_device(cfg.precision)
     model.to(device)
     pooling = folder_params(paths.model_dir)[1].chunk_pooling  # chunks: pooled as validation pooled
     probs = predict_proba(model, input_ids, cfg.batch_size, pad_id(load_tokenizer(paths.model_dir)),
-                          device, mixed, owner=test.owner, pooling=pooling)  # (documents, C)
-    y_pred = probs.argmax(axis=1)
-    serving = check_export(paths.export, input_ids, y_true, probs, labels, params.serve, cfg, test.owner)
-    metrics = test_metrics(y_true, y_pred, labels)
-    predictions = prediction_frame(doc_ids, y_true, probs, labels)
-    metrics["ece"] = calibration(predictions["probability"], predictions["correct"])["ece"]
+                          device, mixed, owner=test.owner, pooling=pooling, multilabel=multilabel)  # (documents, C)
+
+    def answer(p: np.ndarray) -> np.ndarray:  # per document: its class, or its label set
+        return p.argmax(axis=1) if thresholds is None else np.asarray(label_sets(decide(p, thresholds), labels))
+    truth = np.asarray(label_sets(y_true, labels)) if multilabel else y_true
+    serving = check_export(paths.export, input_ids, truth, probs, labels, params.serve, cfg, test.owner, answer)
+    if thresholds is not None:
+        metrics, predictions, confusion_rows = multilabel_results(doc_ids, y_true, probs, thresholds, labels)
+    else:
+        y_pred = probs.argmax(axis=1)
+        metrics = test_metrics(y_true, y_pred, labels)
+        predictions = prediction_frame(doc_ids, y_true, probs, labels)
+        metrics["ece"] = calibration(predictions["probability"], predictions["correct"])["ece"]
+        confusion_rows = pd.DataFrame({"actual": [labels[i] for i in y_true], "predicted": [labels[i] for i in y_pred]})
     guard_results = read_json(paths.guards)
     metrics["guards"] = {name: g["status"] for name, g in guard_results.items()}
     # the classes the kept model never recalls on validation: the report names them
     metrics["silent_classes"] = guard_results.get("silent_class", {}).get("classes", [])
     metrics["baseline"] = read_json(paths.baseline)
     metrics["gap"] = {k: metrics[k] - metrics["baseline"][k] for k in ("accuracy", "macro_f1")}
-    metrics.update(versus_baseline(predictions, pd.read_parquet(paths.baseline_predictions), labels, cfg))
+    metrics.update(versus_baseline(predictions, pd.read_parquet(paths.baseline_predictions), labels, cfg,
+                                   multilabel))
     metrics["kept_epoch"] = training.get("kept_epoch")
     served = {**training, "model_uri": served_model(paths.export, paths.model_dir, paths.corpus,
                                                     doc_ids, serving, training)}
@@ -150,8 +193,7 @@ def run(paths: EvaluatePaths) -> None:
     write_json(paths.data_diff, data_diff)
     write_json(paths.metrics, metrics)
     write_parquet(predictions, paths.predictions)
-    write_csv(pd.DataFrame({"actual": [labels[i] for i in y_true],
-                            "predicted": [labels[i] for i in y_pred]}), paths.confusion)
+    write_csv(confusion_rows, paths.confusion)
     write_csv(pd.DataFrame([{"class": c, **{k: s[k] for k in ("f1", "precision", "recall")}}
                             for c, s in metrics["per_class"].items()]), paths.per_class)
     changes = {f"data_diff.{k}": v for k, v in metrics["data_diff"].items() if k != "against_version"}

@@ -25,10 +25,12 @@ EXAMPLES = 3  # test texts in the logged model's input example
 
 def check_export(export_dir: str, input_ids, y_true: np.ndarray, torch_probs: np.ndarray,
                  labels: list[str], serve: ServeParams, cfg: EvaluateParams,
-                 owner: np.ndarray | None = None) -> dict:
+                 owner: np.ndarray | None = None, answer=None) -> dict:
     """-> {requested, format (what is served), agreement, max_prob_diff, accuracy, verdict,
     comparison, fallback (why PyTorch is served instead, or None)}. Per document: with chunks
-    (`owner`, each row's document) the export pools its windows as PyTorch did."""
+    (`owner`, each row's document) the export pools its windows as PyTorch did. `answer`:
+    (N, C) probabilities -> each document's answer, compared with y_true (by default the
+    most probable class; a multi-label model's: its label set)."""
     requested = read_export(export_dir)["format"]
     if requested != serve.format:
         raise UserError(f"{export_dir} holds a {requested} export, but serve.format is "
@@ -40,7 +42,8 @@ def check_export(export_dir: str, input_ids, y_true: np.ndarray, torch_probs: np
         raise UserError(f"{export_dir} was exported from a model with the classes "
                         f"{exported.labels}, not {labels}: rerun `dvc repro export`.")
     probs = exported.proba_of_ids(input_ids, owner)  # (N, C), the same token ids as PyTorch's
-    ours, theirs = probs.argmax(axis=1), torch_probs.argmax(axis=1)
+    answer = answer or (lambda p: p.argmax(axis=1))
+    ours, theirs = answer(probs), answer(torch_probs)
     agreement = float((ours == theirs).mean())
     cmp = compare(ours == y_true, theirs == y_true, cfg.bootstrap, cfg.seed, cfg.alpha)
     reasons = []

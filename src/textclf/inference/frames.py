@@ -3,12 +3,14 @@ inputs every predictor refuses, and its length-sorted batches. numpy and pandas 
 baseline and the ONNX predictor (no torch) share them."""
 from __future__ import annotations
 
+import json
 from typing import Protocol
 
 import numpy as np
 import pandas as pd
 
 from textclf.common import UserError
+from textclf.data.labelsets import label_sets
 
 PROB_PREFIX = "prob_"  # one column of probabilities per class
 
@@ -17,10 +19,16 @@ class TextPredictor(Protocol):
     """What predict, serve and the champion check call: the PyTorch Predictor and the
     OnnxPredictor alike."""
     labels: list[str]
+    thresholds: np.ndarray | None  # multi-label: (C,) tuned on validation; None: one class per text
 
     def predict_proba(self, texts: list[str]) -> np.ndarray: ...  # (N, C)
 
-    def predict(self, texts: list[str]) -> pd.DataFrame: ...  # probability_frame's columns
+    def predict(self, texts: list[str]) -> pd.DataFrame: ...  # probability_frame's (label_set_frame's) columns
+
+
+def predicted_frame(probs: np.ndarray, labels: list[str], thresholds: np.ndarray | None) -> pd.DataFrame:
+    """A predictor's answer: probability_frame, or label_set_frame for a multi-label model."""
+    return probability_frame(probs, labels) if thresholds is None else label_set_frame(probs, labels, thresholds)
 
 
 def probability_frame(probs: np.ndarray, labels: list[str]) -> pd.DataFrame:
@@ -29,6 +37,22 @@ def probability_frame(probs: np.ndarray, labels: list[str]) -> pd.DataFrame:
     best = probs.argmax(axis=1) if len(probs) else np.zeros(0, dtype=int)
     frame = pd.DataFrame({"label": [labels[i] for i in best],
                           "probability": probs[np.arange(len(best)), best].astype(float)})
+    for i, label in enumerate(labels):
+        frame[PROB_PREFIX + label] = probs[:, i].astype(float)
+    return frame
+
+
+def label_set_frame(probs: np.ndarray, labels: list[str], thresholds: np.ndarray) -> pd.DataFrame:
+    """Multi-label (N, C) probabilities and (C,) thresholds -> columns labels (the list of
+    every label at or above its threshold, sorted; [] for none), label (that set as the
+    corpus writes it, '["politics", "sport"]'), probability (of exactly that set, the labels
+    taken as independent: the product of p for each label given and 1 - p for each other),
+    prob_<label> for every label."""
+    probs = np.asarray(probs)
+    hot = probs >= np.asarray(thresholds)
+    sets = label_sets(hot, labels)
+    frame = pd.DataFrame({"labels": [json.loads(s) for s in sets], "label": sets,
+                          "probability": np.where(hot, probs, 1 - probs).prod(axis=1).astype(float)})
     for i, label in enumerate(labels):
         frame[PROB_PREFIX + label] = probs[:, i].astype(float)
     return frame

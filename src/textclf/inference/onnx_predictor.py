@@ -11,7 +11,7 @@ import pandas as pd
 
 from textclf.common import UserError, positive_int_env
 from textclf.data.tokenizing import RustTokenizer, encode_texts
-from textclf.inference.frames import check_texts, probability_frame, sorted_batches
+from textclf.inference.frames import check_texts, predicted_frame, sorted_batches
 from textclf.inference.pooling import pool_logits
 from textclf.model.exported import TOKENIZER_FILE, read_export
 
@@ -40,6 +40,10 @@ def token_batches(lengths: list[int], batch_size: int, budget: int) -> list[list
     return out
 
 
+def sigmoid(logits: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-logits))
+
+
 def softmax(logits: np.ndarray) -> np.ndarray:
     shifted = np.exp(logits - logits.max(axis=1, keepdims=True))  # (B, C)
     return shifted / shifted.sum(axis=1, keepdims=True)
@@ -56,6 +60,9 @@ class OnnxPredictor:
         self.max_length, self.truncation, self.pad_id = meta["max_length"], meta["truncation"], meta["pad_id"]
         # written by the export of a chunks model only
         self.stride, self.chunk_pooling = meta.get("stride", 0), meta.get("chunk_pooling", "mean")
+        # a multi-label export: each label's sigmoid, cut at its threshold tuned on validation
+        self.thresholds = np.asarray(meta["thresholds"]) if meta.get("task") == "multilabel" else None
+        self.activation = softmax if self.thresholds is None else sigmoid
         self.tokenizer = RustTokenizer(export_dir / TOKENIZER_FILE)
         self.session = session(export_dir / meta["file"])
         self.batch_size = batch_size
@@ -66,7 +73,7 @@ class OnnxPredictor:
         chunk_pooling, as the PyTorch path pools them."""
         if owner is None:
             return self._rows(input_ids, probabilities=True)
-        return softmax(pool_logits(self._rows(input_ids, probabilities=False), owner, self.chunk_pooling))
+        return self.activation(pool_logits(self._rows(input_ids, probabilities=False), owner, self.chunk_pooling))
 
     def _rows(self, input_ids, probabilities: bool) -> np.ndarray:
         """(N, C) probabilities or logits of every row, in input order, in length-sorted
@@ -79,7 +86,7 @@ class OnnxPredictor:
             for row, i in enumerate(idx):
                 ids[row, :len(input_ids[i])], mask[row, :len(input_ids[i])] = input_ids[i], 1
             logits = self.session.run(None, {"input_ids": ids, "attention_mask": mask})[0]  # (B, C)
-            out[idx] = softmax(logits.astype(np.float32)) if probabilities else logits.astype(np.float32)
+            out[idx] = self.activation(logits.astype(np.float32)) if probabilities else logits.astype(np.float32)
         return out
 
     def predict_proba(self, texts: list[str]) -> np.ndarray:
@@ -88,4 +95,4 @@ class OnnxPredictor:
         return self.proba_of_ids(enc.ids, enc.owner)
 
     def predict(self, texts: list[str]) -> pd.DataFrame:
-        return probability_frame(self.predict_proba(list(texts)), self.labels)
+        return predicted_frame(self.predict_proba(list(texts)), self.labels, self.thresholds)

@@ -10,16 +10,18 @@ import numpy as np
 import pandas as pd
 
 from textclf.data.tokenizing import encode_texts
-from textclf.inference.frames import check_texts, probability_frame
+from textclf.inference.frames import check_texts, predicted_frame
 from textclf.inference.proba import inference_device, predict_proba
 from textclf.common import UserError
-from textclf.model.modeling import folder_params, load_classifier, load_tokenizer, pad_id
+from textclf.model.modeling import (folder_params, is_multilabel_model, load_classifier, load_thresholds,
+                                    load_tokenizer, pad_id)
 
 
 class Predictor:
     """Tokenizes as the model was trained (max_length, truncation, stride from its params.json)
     and returns per-class probabilities, in batches sorted by length; with chunks each text's
-    windows' logits are pooled by the model's chunk_pooling, as evaluate pools them."""
+    windows' logits are pooled by the model's chunk_pooling, as evaluate pools them. A
+    multi-label model answers each label's probability and the labels over their thresholds."""
 
     def __init__(self, model_dir: str | Path, batch_size: int = 32):
         model_dir = Path(model_dir)
@@ -31,6 +33,8 @@ class Predictor:
         self.chunk_pooling = model_cfg.chunk_pooling
         self.tokenizer = load_tokenizer(str(model_dir))
         self.model, self.labels = load_classifier(model_dir)
+        # multi-label: sigmoid per label, each cut at its threshold tuned on validation
+        self.thresholds = load_thresholds(model_dir, self.labels) if is_multilabel_model(self.model) else None
         self.batch_size = batch_size
         self.device, self.mixed = inference_device()
         self.model.to(self.device)
@@ -41,7 +45,8 @@ class Predictor:
             return np.zeros((0, len(self.labels)), dtype=np.float32)
         enc = encode_texts(self.tokenizer, texts, self.max_length, self.truncation, self.stride)
         return predict_proba(self.model, enc.ids, self.batch_size, pad_id(self.tokenizer), self.device,
-                             self.mixed, owner=enc.owner, pooling=self.chunk_pooling)  # (N, C)
+                             self.mixed, owner=enc.owner, pooling=self.chunk_pooling,
+                             multilabel=self.thresholds is not None)  # (N, C)
 
     def predict(self, texts: list[str]) -> pd.DataFrame:
-        return probability_frame(self.predict_proba(list(texts)), self.labels)
+        return predicted_frame(self.predict_proba(list(texts)), self.labels, self.thresholds)

@@ -48,22 +48,33 @@ def inference_device(precision: str = "auto") -> tuple[torch.device, str]:
 @torch.inference_mode()
 def predict_proba(model: nn.Module, input_ids: list[list[int]], batch_size: int, pad_id: int,
                   device: torch.device, mixed: str = "no", owner: np.ndarray | None = None,
-                  pooling: str = "mean") -> np.ndarray:
-    """Class probabilities (N, C) in input order, with bf16 autocast when mixed == "bf16".
+                  pooling: str = "mean", multilabel: bool = False) -> np.ndarray:
+    """Class probabilities (N, C) in input order, with bf16 autocast when mixed == "bf16";
+    `multilabel`: each label's own probability (sigmoid), not a distribution over classes.
     Validation and evaluation both use this one forward path, so the attention mask cannot
     be dropped at eval time. With `owner` (tokenize.truncation chunks: the document of each
     row), a document's probabilities are the softmax of its rows' logits pooled by `pooling`
     (model.chunk_pooling) -> (documents, C)."""
+    activation = activate_sigmoid if multilabel else activate_softmax
     if owner is not None:
-        pooled = pool_logits(_rows(model, input_ids, batch_size, pad_id, device, mixed, softmax=False),
+        pooled = pool_logits(_rows(model, input_ids, batch_size, pad_id, device, mixed, None),
                              owner, pooling)
-        return torch.softmax(torch.from_numpy(pooled), dim=-1).numpy()
-    return _rows(model, input_ids, batch_size, pad_id, device, mixed, softmax=True)
+        return activation(torch.from_numpy(pooled)).numpy()
+    return _rows(model, input_ids, batch_size, pad_id, device, mixed, activation)
+
+
+def activate_softmax(logits: torch.Tensor) -> torch.Tensor:
+    return torch.softmax(logits, dim=-1)
+
+
+def activate_sigmoid(logits: torch.Tensor) -> torch.Tensor:
+    return torch.sigmoid(logits)
 
 
 def _rows(model: nn.Module, input_ids: list[list[int]], batch_size: int, pad_id: int,
-          device: torch.device, mixed: str, softmax: bool) -> np.ndarray:
-    """(N, C) probabilities (softmax) or float32 logits of every row, in input order."""
+          device: torch.device, mixed: str, activation) -> np.ndarray:
+    """(N, C) probabilities (`activation` of the float32 logits) or, with None, the logits of
+    every row, in input order."""
     was_training = model.training
     model.eval()
     collate = Collator(pad_id)
@@ -73,7 +84,7 @@ def _rows(model: nn.Module, input_ids: list[list[int]], batch_size: int, pad_id:
         batch = collate([(input_ids[i], -1) for i in idx])
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=mixed == "bf16"):
             logits = model(batch["input_ids"].to(device), batch["attention_mask"].to(device))  # (B, C)
-        rows = (torch.softmax(logits.float(), dim=-1) if softmax else logits.float()).cpu().numpy()
+        rows = (logits.float() if activation is None else activation(logits.float())).cpu().numpy()
         for row, i in enumerate(idx):
             out[i] = rows[row]
     model.train(was_training)

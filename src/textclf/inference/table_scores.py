@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from textclf.common import UserError, atomic_path, open_parquet
-from textclf.inference.frames import PROB_PREFIX, probability_frame
+from textclf.inference.frames import PROB_PREFIX, predicted_frame
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +50,7 @@ class Skip(StrEnum):
 class Scorer(Protocol):
     """What scoring needs of a predictor (PyTorch or exported): nothing else."""
     labels: list[str]
+    thresholds: np.ndarray | None  # a multi-label model's; None: one class per text
 
     def predict_proba(self, texts: list[str]) -> np.ndarray: ...
 
@@ -258,7 +259,8 @@ def _predictions(table: pa.Table, flags: list, text: str, scorer: Scorer,
     skipped = np.array([r is not None for r in reasons], dtype=bool)
     ok = [t for t, s in zip(texts, skipped) if not s]
     probs = scorer.predict_proba(ok) if ok else np.zeros((0, len(scorer.labels)), dtype=np.float32)
-    scored = pa.Table.from_pandas(probability_frame(probs, scorer.labels), schema=schema, preserve_index=False)
+    frame = predicted_frame(probs, scorer.labels, scorer.thresholds)
+    scored = pa.Table.from_pandas(frame, schema=schema, preserve_index=False)
     index = np.zeros(len(texts), dtype=np.int64)
     index[~skipped] = np.arange(len(ok))
     spread = scored.take(pa.array(index, mask=skipped))
@@ -268,7 +270,8 @@ def _predictions(table: pa.Table, flags: list, text: str, scorer: Scorer,
 def score_table(table: Table, scorer: Scorer, out: str | Path) -> Counter:
     """Score every row of `table` into the Parquet file `out`, written atomically; -> the
     count of rows per skip reason ("scored": the rows that have predictions)."""
-    predicted = pa.schema([("label", pa.string()), ("probability", pa.float64())]
+    several = [("labels", pa.list_(pa.string()))] if scorer.thresholds is not None else []  # multi-label
+    predicted = pa.schema([*several, ("label", pa.string()), ("probability", pa.float64())]
                           + [(PROB_PREFIX + c, pa.float64()) for c in scorer.labels])
     schema = pa.schema([*table.schema, *predicted, ("skip_reason", pa.string())])
     counts: Counter = Counter()

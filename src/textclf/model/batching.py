@@ -12,6 +12,7 @@ import pandas as pd
 import torch
 from torch.utils.data import Dataset, Sampler
 
+from textclf.data.labelsets import is_multilabel, labels_of
 from textclf.data.tokens import TokenIds
 from textclf.common import UserError, open_parquet
 
@@ -26,13 +27,15 @@ PAD_LABEL = -100  # the label of a padding entry: cross-entropy's ignore_index, 
 @dataclass
 class Split:
     """A split's documents: one row of ids each, or with tokenize.truncation chunks one per
-    window (a document's windows consecutive); labels and doc_ids are per document."""
+    window (a document's windows consecutive); labels and doc_ids are per document.
+    Multi-label (ingest.task: multilabel): a label is the document's multi-hot row, C floats."""
     input_ids: TokenIds | list[list[int]]  # TokenIds from the token store; lists where a test builds one
-    labels: list[int]
+    labels: list  # per document: a class index, or (multilabel) a multi-hot list of C 0.0 / 1.0
     doc_ids: list[str] | None = None  # None where a test builds a Split by hand
     owner: np.ndarray | None = None  # per row of input_ids, its document's index; None: row i is document i
+    multilabel: bool = False
 
-    def row_labels(self) -> list[int]:
+    def row_labels(self) -> list:
         """Per row of input_ids, its document's label."""
         return self.labels if self.owner is None else [self.labels[d] for d in self.owner.tolist()]
 
@@ -53,7 +56,8 @@ def read_token_splits(tokens_path: str, splits_path: str, labels: list[str] | No
     of the assigned documents, sorted. The store is read a record batch at a time and only
     the named splits' ids are kept (train holds no test ids), each split in store order. A
     store with a `window` column (tokenize.truncation chunks) gives Splits of windows, with
-    `owner`, per document labels and doc_ids."""
+    `owner`, per document labels and doc_ids. A store of a multi-label corpus (its metadata
+    says so) gives multi-hot labels over the label names, each label set's labels."""
     assignment = pd.read_parquet(splits_path, columns=["doc_id", "split"])
     if not assignment["doc_id"].is_unique:
         raise UserError(f"{splits_path} assigns a document twice; rerun `dvc repro split`.")
@@ -62,6 +66,7 @@ def read_token_splits(tokens_path: str, splits_path: str, labels: list[str] | No
     found: set[str] = set()
     store = open_parquet(tokens_path)
     chunked = "window" in store.schema_arrow.names  # tokenize.truncation chunks: a row per window
+    multilabel = is_multilabel(store.schema_arrow.metadata)
     columns = ["doc_id", "label", "input_ids"] + (["window"] if chunked else [])
     for batch in store.iter_batches(batch_size=READ_ROWS, columns=columns):
         doc_ids = batch.column("doc_id").to_numpy(zero_copy_only=False)
@@ -73,27 +78,46 @@ def read_token_splits(tokens_path: str, splits_path: str, labels: list[str] | No
         for name in names:
             rows = np.flatnonzero(where == name)
             parts[name].append((ids.take(rows).compact(), label[rows], doc_ids[rows], window[rows]))
+    if multilabel:
+        found = {label for label_set in found for label in labels_of(label_set)}
     labels = sorted(found) if labels is None else labels
     unknown = sorted(found - set(labels))
     if unknown:
         raise UserError(f"labels {unknown} in {tokens_path} are not among the model's labels "
                          f"{labels}; the model folder is stale: run `dvc repro train`.")
     index = {label: i for i, label in enumerate(labels)}
-    return {name: joined(got, index, chunked) for name, got in parts.items()}, labels
+    target = multi_hot(index) if multilabel else index.__getitem__
+    return {name: joined(got, target, chunked, multilabel) for name, got in parts.items()}, labels
 
 
-def joined(parts: list, index: dict[str, int], chunked: bool) -> Split:
-    """A split's (ids, labels, doc_ids, window) parts, in store order -> its Split; with
-    chunks, labels and doc_ids of each document's first window (its windows are consecutive
-    rows, in one split), and each row's document."""
+def multi_hot(index: dict[str, int]):
+    """label -> its place, as a function of a label set's canonical JSON -> its (C,) multi-hot
+    row; label sets repeat, so each is built once."""
+    rows: dict[str, list[float]] = {}
+
+    def row(label_set: str) -> list[float]:
+        if label_set not in rows:
+            hot = [0.0] * len(index)
+            for label in labels_of(label_set):
+                hot[index[label]] = 1.0
+            rows[label_set] = hot
+        return rows[label_set]
+    return row
+
+
+def joined(parts: list, target, chunked: bool, multilabel: bool = False) -> Split:
+    """A split's (ids, labels, doc_ids, window) parts, in store order -> its Split, each label
+    as `target` maps it; with chunks, labels and doc_ids of each document's first window (its
+    windows are consecutive rows, in one split), and each row's document."""
     ids = TokenIds.concat([p[0] for p in parts])
-    labels = [index[l] for p in parts for l in p[1].tolist()]
+    labels = [target(l) for p in parts for l in p[1].tolist()]
     doc_ids = [d for p in parts for d in p[2].tolist()]
     if not chunked:
-        return Split(ids, labels, doc_ids)
+        return Split(ids, labels, doc_ids, multilabel=multilabel)
     first = np.concatenate([p[3] for p in parts] or [np.zeros(0, np.int32)]) == 0
     owner = np.cumsum(first) - 1
-    return Split(ids, [l for l, f in zip(labels, first) if f], [d for d, f in zip(doc_ids, first) if f], owner)
+    return Split(ids, [l for l, f in zip(labels, first) if f], [d for d, f in zip(doc_ids, first) if f], owner,
+                 multilabel=multilabel)
 
 
 class TokenDataset(Dataset):
@@ -109,8 +133,10 @@ class TokenDataset(Dataset):
         return len(self.input_ids)
 
     def __getitem__(self, i: int):
-        item = (self.input_ids[i], PAD_LABEL if isinstance(i, Padding) else
-                (-1 if self.labels is None else self.labels[i]))
+        label = -1 if self.labels is None else self.labels[i]
+        if isinstance(i, Padding):  # a multi-hot row pads as a row of PAD_LABEL: masked out
+            label = [PAD_LABEL] * len(label) if isinstance(label, list) else PAD_LABEL
+        item = (self.input_ids[i], label)
         return item if self.weights is None else (*item, float(self.weights[i]))
 
 
@@ -174,7 +200,7 @@ class Collator:
 
     def __call__(self, items) -> dict[str, torch.Tensor]:
         """(ids, label) items, or (ids, label, weight) ones -> a padded batch, with `weights`
-        (B,) float32 only for the latter."""
+        (B,) float32 only for the latter; `labels` (B,) int64, or (B, C) float32 multi-hot rows."""
         seqs, labels = [item[0] for item in items], [item[1] for item in items]
         width = max(len(s) for s in seqs)
         input_ids = torch.full((len(seqs), width), self.pad_id, dtype=torch.long)  # (B, T)
@@ -183,7 +209,8 @@ class Collator:
             input_ids[row, :len(seq)] = torch.as_tensor(seq, dtype=torch.long)
             attention_mask[row, :len(seq)] = 1
         batch = {"input_ids": input_ids, "attention_mask": attention_mask,
-                 "labels": torch.as_tensor(labels, dtype=torch.long)}
+                 "labels": torch.as_tensor(labels, dtype=torch.float32 if isinstance(labels[0], list)
+                                           else torch.long)}
         if len(items[0]) == 3:
             batch["weights"] = torch.as_tensor([item[2] for item in items], dtype=torch.float32)
         return batch

@@ -24,7 +24,7 @@ from transformers import PreTrainedModel
 from textclf.common import atomic_path, read_json, write_json
 from textclf.config import load_params
 from textclf.model.exported import EXPORT_FILE, ONNX_FILES, TOKENIZER_FILE
-from textclf.model.modeling import load_classifier, load_tokenizer, pad_id
+from textclf.model.modeling import is_multilabel_model, load_classifier, load_thresholds, load_tokenizer, pad_id
 
 log = logging.getLogger(__name__)
 OPSET = 17
@@ -87,6 +87,8 @@ def export_model(model_dir: str | Path, out_dir: str | Path, fmt: str) -> dict:
                         truncation=params["tokenize"]["truncation"],
                         pad_id=pad_id(load_tokenizer(str(model_dir))), opset=OPSET,
                         torch=torch.__version__.split("+")[0])
+            if is_multilabel_model(model):  # sigmoid per label, cut at its threshold (onnx_predictor)
+                meta.update(task="multilabel", thresholds=load_thresholds(model_dir, labels).tolist())
             if meta["truncation"] == "chunks":  # only then: other exports stay as they were
                 meta.update(stride=params["tokenize"]["stride"], chunk_pooling=params["model"]["chunk_pooling"])
             log.info("exported %s as %s (%.1f MB)", model_dir, meta["file"],

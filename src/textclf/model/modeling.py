@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import numpy as np
 from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, AutoTokenizer
@@ -19,6 +20,8 @@ from textclf.common import UserError, read_json, write_json
 from textclf.model_source import hub_offline, not_found, resolve_model_name
 
 HEAD_FILE = "head.safetensors"
+THRESHOLDS_FILE = "thresholds.json"  # multi-label: {label: threshold}, tuned on validation
+MULTI_LABEL = "multi_label_classification"  # transformers' problem_type for sigmoid outputs
 
 
 def load_tokenizer(name: str):
@@ -38,33 +41,36 @@ def pad_id(tokenizer) -> int:
     return int(tokenizer.pad_token_id) if tokenizer.pad_token_id is not None else 0
 
 
-def _label_kwargs(labels: list[str]) -> dict:
+def _label_kwargs(labels: list[str], multilabel: bool = False) -> dict:
+    """The label map in config.json; multi-label models say so in transformers' problem_type,
+    which every reader of the folder (predict, serving, export) goes by."""
     return {"num_labels": len(labels), "id2label": dict(enumerate(labels)),
-            "label2id": {label: i for i, label in enumerate(labels)}}
+            "label2id": {label: i for i, label in enumerate(labels)},
+            **({"problem_type": MULTI_LABEL} if multilabel else {})}
 
 
-def _load(auto_cls, cfg: ModelParams, labels: list[str]) -> tuple[nn.Module, set[str]]:
+def _load(auto_cls, cfg: ModelParams, labels: list[str], multilabel: bool) -> tuple[nn.Module, set[str]]:
     """-> (model, names of parameters NOT loaded from the checkpoint)."""
     path = resolve_model_name(cfg.name)
     if cfg.init == "config":  # the classic mistake, kept on purpose: a random encoder
         model = auto_cls.from_config(AutoConfig.from_pretrained(path, local_files_only=hub_offline(),
-                                                              **_label_kwargs(labels)))
+                                                              **_label_kwargs(labels, multilabel)))
         return model, {n for n, _ in model.named_parameters()}
     try:
         model, info = auto_cls.from_pretrained(path, output_loading_info=True, use_safetensors=True,
-                                               local_files_only=hub_offline(), **_label_kwargs(labels))
+                                               local_files_only=hub_offline(), **_label_kwargs(labels, multilabel))
     except OSError as err:
         raise not_found(cfg.name, err) from None
     mismatched = {m[0] if isinstance(m, tuple) else m for m in info.get("mismatched_keys", ())}
     return model, set(info["missing_keys"]) | mismatched
 
 
-def build_model(cfg: ModelParams, labels: list[str]) -> tuple[nn.Module, set[str]]:
+def build_model(cfg: ModelParams, labels: list[str], multilabel: bool = False) -> tuple[nn.Module, set[str]]:
     """-> (classifier, names of its parameters that were newly initialised)."""
     if cfg.head == "sequence_classification":
-        hf, new = _load(AutoModelForSequenceClassification, cfg, labels)
+        hf, new = _load(AutoModelForSequenceClassification, cfg, labels, multilabel)
         return SequenceClassifier(hf, cfg.dropout), {f"hf.{n}" for n in new}
-    encoder, new = _load(AutoModel, cfg, labels)
+    encoder, new = _load(AutoModel, cfg, labels, multilabel)
     model = _custom_head(cfg, encoder, len(labels))
     head = {n for n, _ in model.named_parameters() if not n.startswith("encoder.")}
     return model, {f"encoder.{n}" for n in new} | head
@@ -82,8 +88,17 @@ def encoder_param_names(model: nn.Module) -> set[str]:
     return {n for n, p in model.named_parameters() if id(p) in ids}
 
 
-def save_model(model: nn.Module, folder: Path, tokenizer, params: dict) -> None:
+def is_multilabel_model(model: nn.Module) -> bool:
+    """A classifier build_model or load_classifier made -> whether its outputs are per-label sigmoids."""
+    return getattr(model.encoder.config, "problem_type", None) == MULTI_LABEL
+
+
+def save_model(model: nn.Module, folder: Path, tokenizer, params: dict,
+               thresholds: dict[str, float] | None = None) -> None:
+    """The model folder; a multi-label model's `thresholds` ({label: threshold}) beside it."""
     folder = Path(folder)
+    if thresholds is not None:
+        write_json(folder / THRESHOLDS_FILE, thresholds)
     if isinstance(model, SequenceClassifier):
         model.hf.save_pretrained(folder)
     else:
@@ -121,3 +136,16 @@ def load_classifier(folder: str | Path) -> tuple[nn.Module, list[str]]:
                              "retrain with `dvc repro train`.")
     config = model.encoder.config
     return model.eval(), [config.id2label[i] for i in range(config.num_labels)]
+
+
+def load_thresholds(folder: str | Path, labels: list[str]) -> np.ndarray:
+    """A multi-label model folder -> its (C,) thresholds in `labels` order."""
+    path = Path(folder) / THRESHOLDS_FILE
+    if not path.is_file():
+        raise UserError(f"{folder} holds a multi-label model but no {THRESHOLDS_FILE} (the per-label "
+                         "thresholds tuned on validation): retrain it with `dvc repro train`.")
+    saved = read_json(path)
+    if sorted(saved) != sorted(labels):
+        raise UserError(f"{path} has thresholds for {sorted(saved)}, but the model's labels are "
+                         f"{sorted(labels)}: retrain with `dvc repro train`.")
+    return np.array([float(saved[label]) for label in labels])

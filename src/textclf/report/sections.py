@@ -156,7 +156,7 @@ def results_section(curve: pd.DataFrame, metrics: dict) -> list[Block]:
         Heading("Test metrics"),
         Para(f"Accuracy **{metrics['accuracy']:.4f}**, macro-F1 **{metrics['macro_f1']:.4f}** "
              f"on {metrics['n_test']} documents, with the weights of epoch {metrics['kept_epoch']} "
-             "(`train.select`)."),
+             "(`train.select`)." + multilabel_note(metrics)),
         Table(["class", "precision", "recall", "F1", "support", "MLflow name"],
               [[c] + [f"{s[k]:.3f}" for k in ("precision", "recall", "f1")] + [s["support"], names[c]]
                for c, s in metrics["per_class"].items()]),
@@ -165,6 +165,18 @@ def results_section(curve: pd.DataFrame, metrics: dict) -> list[Block]:
              "`class_names.json` maps every class to its name."),
         Heading("Confusion matrix (rows: actual, columns: predicted)"),
         Table([""] + labels, [[a] + [metrics["confusion"][a][p] for p in labels] for a in labels])]
+
+
+def multilabel_note(metrics: dict) -> str:
+    """A multi-label model's scores beyond accuracy and macro-F1, and what those two mean there."""
+    if metrics.get("task") != "multilabel":
+        return ""
+    cuts = ", ".join(f"{label} {t:.3f}" for label, t in metrics["thresholds"].items())
+    return (f" Several labels per document: accuracy is subset accuracy (the whole label set right) "
+            f"and macro-F1 is over the labels; micro-F1 **{metrics['micro_f1']:.4f}**, Hamming loss "
+            f"**{metrics['hamming_loss']:.4f}** (the share of document-label decisions wrong). Each "
+            f"label is given where its probability reaches its threshold, tuned on validation: {cuts}. "
+            "The confusion matrix counts, per label a document carries, the labels it is given.")
 
 
 def mistakes_section(predictions: pd.DataFrame, corpus: pd.DataFrame) -> list[Block]:

@@ -16,6 +16,7 @@ from torch import nn
 
 from textclf.common import UserError
 from textclf.evaluate.metrics import confusion, per_class_scores
+from textclf.data.labelsets import label_sets
 
 log = logging.getLogger(__name__)
 USUAL_LR = "1e-5…5e-5"
@@ -100,8 +101,25 @@ def collapse_check(pred: np.ndarray, y_true: np.ndarray | list[int], labels: lis
             "pred_entropy": entropy(pred_share), "label_entropy": entropy(true_share)}
 
 
+def multilabel_checks(pred: np.ndarray, y_true: np.ndarray, labels: list[str],
+                      collapse_share: float) -> tuple[dict, dict]:
+    """Multi-label (N, C) multi-hot predictions and truth -> (collapse_check over label sets:
+    one set, e.g. [] or every label, predicted for nearly every document while few carry it;
+    recall_check per label: a label never predicted has recall 0, which silent_class names)."""
+    pred, y_true = np.asarray(pred, dtype=bool), np.asarray(y_true, dtype=bool)
+    pred_sets, true_sets = label_sets(pred, labels), label_sets(y_true, labels)
+    sets = sorted(set(pred_sets) | set(true_sets))
+    index = {name: i for i, name in enumerate(sets)}
+    stats = collapse_check(np.array([index[p] for p in pred_sets]), np.array([index[t] for t in true_sets]),
+                           sets, collapse_share)
+    support, predicted = y_true.sum(axis=0), pred.sum(axis=0)
+    recall = np.divide((pred & y_true).sum(axis=0), support, out=np.zeros(len(labels)), where=support > 0)
+    recalls = {"support": support.tolist(), "predicted": predicted.tolist(), "recall": recall.tolist()}
+    return {**stats, "kind": "label set"}, recalls
+
+
 def collapse_message(stats: dict) -> str:
-    return (f"predictions collapsed to class {stats['top_class']!r}: it takes "
+    return (f"predictions collapsed to {stats.get('kind', 'class')} {stats['top_class']!r}: it takes "
             f"{stats['top_share']:.0%} of validation predictions but only "
             f"{stats['top_true_share']:.0%} of the labels (prediction entropy "
             f"{stats['pred_entropy']:.2f} vs label entropy {stats['label_entropy']:.2f}). The "

@@ -24,6 +24,7 @@ from textclf.train.checkpoint import Checkpointer, Progress
 from textclf.config import TrainParams
 from textclf.data.tokens import TokenIds
 from textclf.evaluate.metrics import classification_scores
+from textclf.evaluate.multilabel import bce, decide, multilabel_scores
 from textclf.inference.proba import mixed_precision_here, predict_proba
 from textclf.common import UserError
 
@@ -151,8 +152,11 @@ def summed_loss(loss_fn: nn.CrossEntropyLoss, logits: torch.Tensor,
                 batch: dict[str, torch.Tensor]) -> torch.Tensor:
     """The batch's summed cross-entropy (class-weighted as loss_fn is); with chunks (a batch
     with `weights`) each window's weighted by Split.row_weights too, so a long document's
-    windows together weigh one document.
+    windows together weigh one document. Multi-hot labels (B, C): binary cross-entropy of
+    each label's sigmoid, averaged over the labels, per document (multilabel_loss).
     Without weights, exactly the sum it always was (no multiplication by ones)."""
+    if batch["labels"].dim() == 2:
+        return multilabel_loss(logits, batch["labels"], batch.get("weights"), loss_fn.weight)
     if "weights" not in batch:
         return loss_fn(logits.float(), batch["labels"])
     each = nn.functional.cross_entropy(logits.float(), batch["labels"], weight=loss_fn.weight,
@@ -160,12 +164,38 @@ def summed_loss(loss_fn: nn.CrossEntropyLoss, logits: torch.Tensor,
     return (each * batch["weights"]).sum()
 
 
+def multilabel_loss(logits: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor | None,
+                    pos_weight: torch.Tensor | None = None) -> torch.Tensor:
+    """(B, C) logits and multi-hot targets -> the summed per-document BCE, each document's the
+    mean over its labels (so the loss has the scale of transformers' multi-label loss, a mean
+    over every label of every document); a padding row (targets PAD_LABEL) counts 0.
+    pos_weight (C,): train.class_weights balanced, each label's positives weighted up."""
+    real = (targets[:, 0] != PAD_LABEL).to(torch.float32)  # (B,)
+    each = nn.functional.binary_cross_entropy_with_logits(
+        logits.float(), targets.clamp(min=0.0), reduction="none", pos_weight=pos_weight).mean(dim=1)  # (B,)
+    return (each * real * (1.0 if weights is None else weights)).sum()
+
+
 def global_count(labels: torch.Tensor, accelerator: Accelerator) -> torch.Tensor:
     """Documents (with chunks, windows) in this step's global batch: this process's, summed
     over the processes (one small all-reduce per step, only with several); padding entries do
     not count. The window weights average 1, so the loss keeps its scale either way."""
-    count = (labels != PAD_LABEL).sum()
+    count = (labels[:, 0] if labels.dim() == 2 else labels) != PAD_LABEL
+    count = count.sum()
     return accelerator.reduce(count, "sum") if accelerator.num_processes > 1 else count
+
+
+def validation_scores(probs: np.ndarray, val: Split) -> dict[str, float]:
+    """An epoch's validation row: accuracy, macro-F1 and loss of the (documents, C)
+    probabilities. Multi-label: subset accuracy, macro-F1 over the labels at threshold 0.5
+    (the per-label thresholds are tuned once, on the kept epoch) and the mean BCE."""
+    if val.multilabel:
+        y = np.asarray(val.labels, dtype=bool)  # (N, C)
+        scores = multilabel_scores(y, decide(probs))
+        loss = bce(probs, y)
+    else:
+        scores, loss = classification_scores(val.labels, probs.argmax(axis=1)), validation_loss(probs, val.labels)
+    return {"val_accuracy": scores["accuracy"], "val_macro_f1": scores["macro_f1"], "val_loss": loss}
 
 
 def validation_loss(probs: np.ndarray, labels: list[int]) -> float:
@@ -275,10 +305,9 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train: Split, val: S
         train_loss = accelerator.reduce(loss_sum, "mean").item() / steps
         probs = predict_proba(accelerator.unwrap_model(model), val.input_ids, cfg.batch_size * 2,
                               pad_id, accelerator.device, accelerator.mixed_precision,
-                              owner=val.owner, pooling=chunk_pooling)  # (documents, C)
-        scores = classification_scores(val.labels, probs.argmax(axis=1))
-        row = {"epoch": epoch, "train_loss": train_loss, "val_accuracy": scores["accuracy"],
-               "val_macro_f1": scores["macro_f1"], "val_loss": validation_loss(probs, val.labels)}
+                              owner=val.owner, pooling=chunk_pooling,
+                              multilabel=val.multilabel)  # (documents, C)
+        row = {"epoch": epoch, "train_loss": train_loss, **validation_scores(probs, val)}
         log.info("epoch %d: %s", epoch, row)
         selector.update(row, accelerator.unwrap_model(model))
         if accelerator.is_main_process:

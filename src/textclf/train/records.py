@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import mlflow
+import numpy as np
 import pandas as pd
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
@@ -223,7 +224,7 @@ class EpochLogger:
     history loaded on resume are written to the CSV again; the stage queues them again and
     the RunLog logs those the run lacks."""
 
-    def __init__(self, path: str, y_val: list[int], labels: list[str], cfg: TrainParams, book: GuardBook):
+    def __init__(self, path: str, y_val: list, labels: list[str], cfg: TrainParams, book: GuardBook):
         self.path, self.y_val, self.labels, self.cfg, self.book = Path(path), y_val, labels, cfg, book
         self.rows: list[dict[str, Any]] = []
         self.history: list[dict[str, Any]] = []  # collapse_check per epoch
@@ -240,10 +241,8 @@ class EpochLogger:
         write_csv(pd.DataFrame(self.rows, columns=CURVE_FIELDS), self.path)
 
     def __call__(self, row: dict, probs) -> None:
-        pred = probs.argmax(axis=1)
-        stats = guards.collapse_check(pred, self.y_val, self.labels, self.cfg.collapse_share)
-        self.history.append({"epoch": row["epoch"], **stats,
-                             **guards.recall_check(pred, self.y_val, self.labels)})
+        stats, recalls = self.checks(probs)
+        self.history.append({"epoch": row["epoch"], **stats, **recalls})
         row = {**row, "top_share": stats["top_share"], "pred_entropy": stats["pred_entropy"],
                "collapsed": int(stats["collapsed"])}
         self.rows.append({k: row[k] for k in CURVE_FIELDS})
@@ -252,6 +251,15 @@ class EpochLogger:
         if stats["collapsed"]:
             log.warning("epoch %d: %s", row["epoch"], guards.collapse_message(stats))
         self.judge(row["epoch"])  # for now, as if this epoch were kept
+
+    def checks(self, probs) -> tuple[dict, dict]:
+        """An epoch's (documents, C) validation probabilities -> collapse and recall stats;
+        multi-label (multi-hot y_val) on the labels at 0.5, the thresholds not tuned yet."""
+        if self.y_val and isinstance(self.y_val[0], list):
+            return guards.multilabel_checks(probs >= 0.5, np.asarray(self.y_val), self.labels, self.cfg.collapse_share)
+        pred = probs.argmax(axis=1)
+        return (guards.collapse_check(pred, self.y_val, self.labels, self.cfg.collapse_share),
+                guards.recall_check(pred, self.y_val, self.labels))
 
     def judge(self, kept_epoch: int, final: bool = False) -> str:
         """Record the collapse and silent_class guards for the kept epoch -> the collapse

@@ -25,7 +25,6 @@ from torch import nn
 from textclf.config import Params, TrainParams, changed_since, flatten, load_params
 from textclf.inference.serving import log_pyfunc
 from textclf.common import UserError, atomic_path, deferred_interrupts, write_csv, write_json
-from textclf.data.weights import class_weights
 from textclf.model.batching import Collator, Split, read_token_splits
 from textclf.model.modeling import build_model, encoder_param_names, load_tokenizer, pad_id, save_model
 from textclf.model.policy import apply_policy, describe_groups, find_unused, make_optimizer, param_groups
@@ -38,6 +37,7 @@ from textclf.train.launch import (RDZV_FAILED, check_same_inputs, failures_to_la
                                   launch, rank)
 from textclf.train.loop import EpochSelector, fit, make_accelerator
 from textclf.train.paths import TrainInputs, TrainPaths
+from textclf.train.targets import loss_weights, tuned_thresholds
 from textclf.train.records import EpochLogger, GuardBook, NoTracking, RunLog, Tracker
 
 if TYPE_CHECKING:
@@ -80,7 +80,7 @@ class Trained:
 def prepare(job: Training, book: GuardBook) -> tuple[nn.Module, torch.optim.Optimizer, set[str]]:
     """Build the model, audit it, apply the encoder policy, build and check the optimizer."""
     cfg, model_cfg = job.params.train, job.params.model
-    model, new = build_model(model_cfg, job.labels)
+    model, new = build_model(model_cfg, job.labels, multilabel=job.splits["train"].multilabel)
     probe = Collator(pad_id(job.tokenizer))([(ids, -1) for ids in job.splits["train"].input_ids[:2]])
     unused = find_unused(model, probe["input_ids"], probe["attention_mask"])
     encoder = encoder_param_names(model)
@@ -96,22 +96,6 @@ def prepare(job: Training, book: GuardBook) -> tuple[nn.Module, torch.optim.Opti
     book.check("optimizer_coverage", guards.optimizer_coverage, model, optimizer, frozen)
     book.check("lr_sanity", guards.lr_sanity, cfg.encoder, cfg.lr_encoder)
     return model, optimizer, encoder
-
-
-def loss_weights(job: Training) -> np.ndarray | None:
-    """train.class_weights on the training split -> (C,) or None; logged (class_weights.json)."""
-    train_labels = job.splits["train"].labels
-    weights = class_weights(train_labels, len(job.labels), job.params.train.class_weights)
-    if weights is None:
-        return None
-    counts = np.bincount(train_labels, minlength=len(job.labels))
-    described = {label: {"weight": round(float(w), 6), "training_documents": int(n)}
-                 for label, w, n in zip(job.labels, weights, counts)}
-    log.info("class weights (train.class_weights: %s): %s", job.params.train.class_weights,
-             ", ".join(f"{k} {v['weight']:.3f}" for k, v in described.items()))
-    job.tracker.log_dict({"class_weights": job.params.train.class_weights, "classes": described},
-                         "class_weights.json")
-    return weights
 
 
 def example_texts(tokenizer: PreTrainedTokenizerBase, split: Split, n: int = 2, words: int = 40) -> list[str]:
@@ -218,8 +202,9 @@ def save_and_upload(job: Training, trained: Trained, tracker: RunLog, active: Ac
     write_csv(pd.DataFrame(guards.weight_movement(model, trained.before, trained.encoder)), paths.movement)
     trained.book.check("weight_movement", guards.movement_check, model, trained.before, trained.encoder,
                        job.params.train)
+    thresholds = tuned_thresholds(job, model)
     with atomic_path(paths.model_dir, folder=True) as tmp:  # a kill mid-save leaves no half model
-        save_model(model, tmp, job.tokenizer, job.params.sections(LOGGED_SECTIONS))
+        save_model(model, tmp, job.tokenizer, job.params.sections(LOGGED_SECTIONS), thresholds)
     model_uri = upload(paths, tracker, example_texts(job.tokenizer, job.splits["validation"]))
     write_json(paths.run_file, {"run_id": active.info.run_id, "experiment_id": active.info.experiment_id,
                                 "tracking_uri": mlflow.get_tracking_uri(),

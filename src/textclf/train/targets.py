@@ -1,0 +1,61 @@
+"""What a training's targets add to the loop: train.class_weights on the training split, and,
+for several labels per document, the per-label thresholds tuned on validation."""
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import numpy as np
+from torch import nn
+
+from textclf.data.weights import class_weights, positive_weights
+from textclf.evaluate.multilabel import decide, multilabel_scores, tune_thresholds
+from textclf.inference.proba import predict_proba
+from textclf.model.modeling import pad_id
+
+if TYPE_CHECKING:
+    from textclf.train.run import Training
+
+log = logging.getLogger("train")
+
+
+def loss_weights(job: Training) -> np.ndarray | None:
+    """train.class_weights on the training split -> (C,) or None; logged (class_weights.json).
+    Multi-label: each label's positive weight in its binary cross-entropy."""
+    train = job.splits["train"]
+    mode = job.params.train.class_weights
+    weights = (positive_weights(train.labels, mode) if train.multilabel
+               else class_weights(train.labels, len(job.labels), mode))
+    if weights is None:
+        return None
+    counts = (np.asarray(train.labels).sum(axis=0) if train.multilabel
+              else np.bincount(train.labels, minlength=len(job.labels)))
+    described = {label: {"weight": round(float(w), 6), "training_documents": int(n)}
+                 for label, w, n in zip(job.labels, weights, counts)}
+    log.info("class weights (train.class_weights: %s): %s", job.params.train.class_weights,
+             ", ".join(f"{k} {v['weight']:.3f}" for k, v in described.items()))
+    job.tracker.log_dict({"class_weights": job.params.train.class_weights, "classes": described},
+                         "class_weights.json")
+    return weights
+
+
+def tuned_thresholds(job: Training, model: nn.Module) -> dict[str, float] | None:
+    """Multi-label: each label's threshold, the one of its best F1 on validation with the kept
+    weights (never the test split), logged as thresholds.json -> {label: threshold}; None
+    for single-label."""
+    val = job.splits["validation"]
+    if not val.multilabel:
+        return None
+    probs = predict_proba(model, val.input_ids, job.params.train.batch_size * 2, pad_id(job.tokenizer),
+                          job.accelerator.device, job.accelerator.mixed_precision, owner=val.owner,
+                          pooling=job.params.model.chunk_pooling, multilabel=True)  # (documents, C)
+    y = np.asarray(val.labels, dtype=bool)
+    tuned = tune_thresholds(y, probs)
+    at_half, at_tuned = multilabel_scores(y, decide(probs)), multilabel_scores(y, decide(probs, tuned))
+    thresholds = {label: round(float(t), 6) for label, t in zip(job.labels, tuned)}
+    log.info("per-label thresholds tuned on validation: %s; validation macro-F1 %.4f at 0.5, %.4f tuned",
+             thresholds, at_half["macro_f1"], at_tuned["macro_f1"])
+    job.tracker.log_dict({"thresholds": thresholds, "validation_at_0.5": at_half,
+                          "validation_tuned": at_tuned}, "thresholds.json")
+    job.tracker.log_metrics({f"val_tuned_{k}": v for k, v in at_tuned.items()})
+    return thresholds
