@@ -1,0 +1,207 @@
+"""Several labels per document after ingest (issue 33 part 3): multi-hot targets and binary
+cross-entropy for every head, a threshold per label tuned on validation, the multi-label
+metrics, the one-vs-rest baseline beside, the collapse guard over label sets, and the served
+model (PyTorch, ONNX, the MLflow pyfunc and the CLI) answering label lists.
+
+`tiny_multilabel` trains the TINY RANDOM BERT (plumbing: wiring and shapes, not accuracy) on
+a multi-label table built from the demo corpus (conftest.write_multilabel_table)."""
+import io
+import json
+import shutil
+
+import mlflow
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+import torch
+from sklearn.metrics import accuracy_score, f1_score, hamming_loss
+
+from stages import ingest, split
+from stages import tokenize as tokenize_stage
+from textclf import predict
+from textclf.common import UserError
+from textclf.data.labelsets import TASK_KEY, hot
+from textclf.evaluate.multilabel import best_threshold, multilabel_scores, tune_thresholds
+from textclf.inference.onnx_predictor import OnnxPredictor
+from textclf.inference.predictor import Predictor
+from textclf.inference.proba import predict_proba
+from textclf.model.batching import read_token_splits
+from textclf.model.modeling import pad_id
+from textclf.train.guards import collapse_message, multilabel_checks
+from textclf.train.loop import multilabel_loss
+
+from conftest import (copy_prepared, run_baseline, run_evaluate, run_train, shared_once, write_multilabel_table,
+                      write_params)
+
+LABELS = ["business", "entertainment", "politics", "sport", "tech"]
+
+
+def prepare_multilabel(folder, model_dir) -> list[str]:
+    table = write_multilabel_table(folder / "table.jsonl")
+    params = write_params(folder / "params.yaml", ingest={"source": str(table), "task": "multilabel"},
+                          tokenize={"max_length": 64}, model={"name": str(model_dir)},
+                          train={"epochs": 3, "batch_size": 8, "lr_encoder": 1e-3, "lr_head": 1e-2},
+                          serve={"format": "onnx"})
+    p = ["--params", str(params)]
+    ingest.main(p + ["--corpus", "c.parquet", "--report", "r.json"])
+    tokenize_stage.main(p + ["--corpus", "c.parquet", "--tokens", "t.parquet", "--stats", "s.json",
+                             "--histogram", "h.csv"])
+    split.main(p + ["--corpus", "c.parquet", "--splits", "sp.parquet", "--counts", "n.json"])
+    return p
+
+
+@pytest.fixture(scope="session")
+def tiny_multilabel(tmp_path_factory, tiny_random_bert):
+    """READ-ONLY: the demo corpus as a multi-label table, ingested, tokenized, split, trained
+    (3 epochs), baseline, exported (ONNX float32) and evaluated -> (folder, run.json)."""
+    def build(folder):
+        with pytest.MonkeyPatch.context() as monkeypatch:
+            monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{folder / 'mlflow.db'}")
+            monkeypatch.chdir(folder)
+            p = prepare_multilabel(folder, tiny_random_bert)
+            run_train(p)
+            run_baseline(p)
+            run_evaluate(p)
+    folder = shared_once(tmp_path_factory, "tiny-multilabel", build)
+    return folder, json.loads((folder / "run.json").read_text())
+
+
+def validation_truth_and_probs(folder):
+    splits, labels = read_token_splits(str(folder / "t.parquet"), str(folder / "sp.parquet"), names=("validation",))
+    val = splits["validation"]
+    predictor = Predictor(folder / "model")
+    probs = predict_proba(predictor.model, val.input_ids, 16, pad_id(predictor.tokenizer), torch.device("cpu"),
+                          multilabel=True)  # (N, C)
+    return np.asarray(val.labels, dtype=bool), probs, labels
+
+
+def test_the_token_store_carries_the_task_and_training_reads_multi_hot_rows(tiny_multilabel):
+    folder, _ = tiny_multilabel
+    assert pq.read_schema(folder / "t.parquet").metadata[TASK_KEY] == b"multilabel"
+    splits, labels = read_token_splits(str(folder / "t.parquet"), str(folder / "sp.parquet"))
+    assert labels == LABELS  # labels, not label sets
+    corpus = pd.read_parquet(folder / "c.parquet").set_index("doc_id")["label"]
+    train = splits["train"]
+    assert train.multilabel and np.array_equal(np.asarray(train.labels, dtype=bool),
+                                               hot(corpus.loc[train.doc_ids].to_numpy(), labels))
+    assert {sum(row) for row in train.labels} == {1.0, 2.0}  # singles and pairs
+
+
+def test_thresholds_are_tuned_on_validation_and_saved_with_the_model(tiny_multilabel):
+    folder, run = tiny_multilabel
+    config = json.loads((folder / "model" / "config.json").read_text())
+    assert config["problem_type"] == "multi_label_classification"
+    saved = json.loads((folder / "model" / "thresholds.json").read_text())
+    y, probs, labels = validation_truth_and_probs(folder)
+    assert saved == pytest.approx(dict(zip(labels, tune_thresholds(y, probs).tolist())), abs=1e-5)
+    logged = mlflow.artifacts.load_dict(f"runs:/{run['run_id']}/thresholds.json")
+    assert logged["thresholds"] == saved
+
+
+def test_best_threshold_maximises_the_labels_f1():
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        y = rng.random(40) < 0.3
+        p = np.clip(y * 0.3 + rng.random(40) * 0.7, 0, 1)
+        t = best_threshold(y, p)
+        every = np.append(p, 1.1)  # any cut gives the same decisions as one at a probability, or none
+        best = max(f1_score(y, p >= g, zero_division=0) for g in every)
+        assert f1_score(y, p >= t, zero_division=0) == pytest.approx(best)
+    assert best_threshold(np.zeros(5, bool), np.linspace(0, 1, 5)) == 0.5  # nothing to tune on
+
+
+def test_multilabel_scores_are_scikit_learns():
+    rng = np.random.default_rng(1)
+    y, pred = rng.random((50, 4)) < 0.4, rng.random((50, 4)) < 0.4
+    scores = multilabel_scores(y, pred)
+    assert scores["accuracy"] == pytest.approx(accuracy_score(y, pred))  # subset accuracy
+    assert scores["micro_f1"] == pytest.approx(f1_score(y, pred, average="micro", zero_division=0))
+    assert scores["macro_f1"] == pytest.approx(f1_score(y, pred, average="macro", zero_division=0))
+    assert scores["hamming_loss"] == pytest.approx(hamming_loss(y, pred))
+
+
+def test_the_multilabel_loss_is_bce_per_label_and_padding_counts_nothing():
+    logits = torch.randn(3, 4)
+    targets = torch.tensor([[1.0, 0, 0, 1], [0, 1, 0, 0], [-100.0] * 4])  # the last row: padding
+    expected = torch.nn.functional.binary_cross_entropy_with_logits(logits[:2], targets[:2]) * 2  # mean, x docs
+    assert multilabel_loss(logits, targets, None).item() == pytest.approx(expected.item(), rel=1e-6)
+    weight = torch.tensor([3.0, 1.0, 1.0, 1.0])
+    weighted = torch.nn.functional.binary_cross_entropy_with_logits(logits[:2], targets[:2], pos_weight=weight) * 2
+    assert multilabel_loss(logits, targets, None, weight).item() == pytest.approx(weighted.item(), rel=1e-6)
+
+
+def test_the_collapse_guard_sees_one_label_set_everywhere_and_silent_class_a_label_never_given():
+    y = np.array([[1, 0, 0], [0, 1, 0], [0, 0, 1], [1, 1, 0]] * 5, dtype=bool)
+    nothing = np.zeros_like(y)
+    stats, recalls = multilabel_checks(nothing, y, ["a", "b", "c"], 0.9)
+    assert stats["collapsed"] and stats["top_class"] == "[]" and stats["top_share"] == 1.0
+    assert "Several labels per document" in collapse_message(stats) and "train.epochs" in collapse_message(stats)
+    fine = y.copy()
+    fine[:, 2] = False  # label c never given
+    stats, recalls = multilabel_checks(fine, y, ["a", "b", "c"], 0.9)
+    assert not stats["collapsed"]
+    assert recalls["recall"] == [1.0, 1.0, 0.0] and recalls["predicted"][2] == 0
+
+
+def test_evaluate_scores_label_sets_against_the_one_vs_rest_baseline(tiny_multilabel):
+    folder, _ = tiny_multilabel
+    metrics = json.loads((folder / "metrics.json").read_text())
+    pred = pd.read_parquet(folder / "pred.parquet")
+    assert metrics["task"] == "multilabel" and set(metrics["per_class"]) == set(LABELS)
+    assert metrics["accuracy"] == pytest.approx(pred["correct"].mean())  # subset accuracy
+    y, p = hot(pred["label"].to_numpy(), LABELS), hot(pred["predicted"].to_numpy(), LABELS)
+    assert metrics["micro_f1"] == pytest.approx(f1_score(y, p, average="micro", zero_division=0))
+    assert metrics["hamming_loss"] == pytest.approx(hamming_loss(y, p))
+    thresholds = np.array([metrics["thresholds"][label] for label in LABELS])
+    assert np.array_equal(p, pred[[f"prob_{label}" for label in LABELS]].to_numpy() >= thresholds)
+    baseline = json.loads((folder / "b.json").read_text())
+    assert {"micro_f1", "hamming_loss", "thresholds"} <= set(baseline)
+    base = pd.read_parquet(folder / "bp.parquet").set_index("doc_id").loc[pred["doc_id"]]
+    cmp = metrics["comparison"]  # paired on exact match, document by document
+    model_right, base_right = pred["correct"].to_numpy(), (base["predicted"] == base["label"]).to_numpy()
+    assert cmp["model_only"] == int((model_right & ~base_right).sum())
+    assert cmp["baseline_only"] == int((~model_right & base_right).sum())
+    assert metrics["serving"]["format"] == "onnx" and metrics["serving"]["agreement"] == 1.0
+
+
+def test_every_served_form_answers_label_lists_with_a_probability_per_label(tiny_multilabel, capsys):
+    folder, _ = tiny_multilabel
+    texts = ["The minister said the budget vote was close.", "The striker scored twice in the final."]
+    torch_frame = Predictor(folder / "model").predict(texts)
+    onnx_frame = OnnxPredictor(folder / "export").predict(texts)
+    metrics = json.loads((folder / "metrics.json").read_text())
+    served = mlflow.pyfunc.load_model(metrics["serving"]["model_uri"]).predict(pd.DataFrame({"text": texts}))
+    for frame in (torch_frame, onnx_frame, served):
+        assert list(frame.columns) == ["labels", "label", "probability"] + [f"prob_{label}" for label in LABELS]
+        assert all(isinstance(labels, (list, np.ndarray)) for labels in frame["labels"])
+        assert frame["label"].tolist() == [json.dumps(sorted(labels)) for labels in frame["labels"]]
+    assert onnx_frame["label"].tolist() == torch_frame["label"].tolist() == served["label"].tolist()
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(("\n".join(texts) + "\n").encode())))
+        predict.main([str(folder / "export")])
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split("\t")[1] for line in lines] == onnx_frame["label"].tolist()
+
+
+def test_a_multilabel_model_folder_without_thresholds_is_refused(tiny_multilabel, tmp_path):
+    folder, _ = tiny_multilabel
+    shutil.copytree(folder / "model", tmp_path / "model")
+    (tmp_path / "model" / "thresholds.json").unlink()
+    with pytest.raises(UserError, match="multi-label model but no thresholds.json"):
+        Predictor(tmp_path / "model")
+
+
+def test_class_weights_balanced_weights_each_labels_positives(tiny_multilabel, tmp_path, monkeypatch):
+    folder, _ = tiny_multilabel
+    p = copy_prepared(folder, tmp_path, monkeypatch)
+    write_params(tmp_path / "params.yaml", train={"epochs": 1, "class_weights": "balanced"})
+    run_train(p)
+    run_id = json.loads((tmp_path / "run.json").read_text())["run_id"]
+    logged = mlflow.artifacts.load_dict(f"runs:/{run_id}/class_weights.json")["classes"]
+    splits, labels = read_token_splits("t.parquet", "sp.parquet", names=("train",))
+    y = np.asarray(splits["train"].labels)
+    for i, label in enumerate(labels):
+        positives = y[:, i].sum()
+        assert logged[label]["training_documents"] == positives
+        assert logged[label]["weight"] == pytest.approx((len(y) - positives) / positives, abs=1e-6)
