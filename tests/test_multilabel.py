@@ -21,8 +21,10 @@ from stages import ingest, split
 from stages import tokenize as tokenize_stage
 from textclf import predict
 from textclf.common import UserError
+from textclf.config import parse_section
+from textclf.evaluate.champion import judge
 from textclf.data.labelsets import TASK_KEY, hot
-from textclf.evaluate.multilabel import best_threshold, multilabel_scores, tune_thresholds
+from textclf.evaluate.multilabel import best_threshold, multilabel_scores, set_scores, tune_thresholds
 from textclf.inference.onnx_predictor import OnnxPredictor
 from textclf.inference.predictor import Predictor
 from textclf.inference.proba import predict_proba
@@ -31,8 +33,10 @@ from textclf.model.modeling import pad_id
 from textclf.train.guards import collapse_message, multilabel_checks
 from textclf.train.loop import multilabel_loss
 
-from conftest import (copy_prepared, run_baseline, run_evaluate, run_train, shared_once, write_multilabel_table,
-                      write_params)
+from test_data_versions import train_and_evaluate
+
+from conftest import (copy_prepared, copy_repo, dvc, run_baseline, run_evaluate, run_train, shared_once,
+                      write_multilabel_table, write_params)
 
 LABELS = ["business", "entertainment", "politics", "sport", "tech"]
 
@@ -205,3 +209,48 @@ def test_class_weights_balanced_weights_each_labels_positives(tiny_multilabel, t
         positives = y[:, i].sum()
         assert logged[label]["training_documents"] == positives
         assert logged[label]["weight"] == pytest.approx((len(y) - positives) / positives, abs=1e-6)
+
+
+@pytest.mark.slow
+def test_a_multilabel_table_through_dvc_repro(tmp_path):
+    """The real pipeline (`dvc repro`, the packaged MiniLM) on a multi-label table: every stage
+    reads label sets, the model folder holds its thresholds, the report says what its scores
+    mean, and the served model (the registered ONNX int8 pyfunc) answers label lists."""
+    repo = copy_repo(tmp_path / "repo")
+    table = write_multilabel_table(tmp_path / "table.jsonl")
+    write_params(repo / "params.yaml", ingest={"source": str(table), "task": "multilabel"},
+                 tokenize={"max_length": 64}, train={"epochs": 4})
+    dvc(repo, "repro")
+    metrics = json.loads((repo / "reports" / "metrics.json").read_text())
+    assert metrics["task"] == "multilabel" and set(metrics["per_class"]) == set(LABELS)
+    thresholds = json.loads((repo / "models" / "model" / "thresholds.json").read_text())
+    assert set(thresholds) == set(LABELS) and metrics["thresholds"] == thresholds
+    assert json.loads((repo / "data" / "processed" / "split_counts.json").read_text())["task"] == "multilabel"
+    assert "Several labels per document: accuracy is subset accuracy" in (repo / "reports" / "report.md").read_text()
+    mlflow.set_tracking_uri(f"sqlite:///{repo / 'mlflow.db'}")  # the copy's store (restored by conftest)
+    served = mlflow.pyfunc.load_model(metrics["serving"]["model_uri"])
+    frame = served.predict(pd.DataFrame({"text": ["Shares fell as the bank cut its forecast."]}))
+    assert list(frame.columns[:3]) == ["labels", "label", "probability"]
+    assert frame["label"][0] == json.dumps(sorted(frame["labels"][0]))
+    assert metrics["serving"]["format"] == "onnx-int8"
+
+
+def test_the_gate_scores_label_sets_as_label_sets():
+    truth = ['["a", "b"]', '["a"]', '["b"]', '["c"]']
+    mine, theirs = ['["a", "b"]', '["a"]', '["a"]', '["c"]'], ['["a"]', '["a"]', '["b"]', '["b"]']
+    result = judge(truth, mine, theirs, "not_worse", parse_section("evaluate", {}), multilabel=True)
+    assert result["challenger"] == set_scores(truth, mine) and result["champion"] == set_scores(truth, theirs)
+    assert result["challenger"]["macro_f1"] == pytest.approx(f1_score(
+        hot(truth, ["a", "b", "c"]), hot(mine, ["a", "b", "c"]), average="macro", zero_division=0))
+
+
+def test_a_champion_of_the_other_task_is_not_scored_and_stays(prepared, tiny_multilabel, monkeypatch, caplog):
+    """A single-label champion; a multi-label model registered after it (every guard passed,
+    so only the gate decides) cannot be scored like it on label sets: the champion stays, saying why."""
+    tmp, p = prepared  # the demo corpus, single-label, tiny BERT; MLflow in tmp
+    assert train_and_evaluate(p, tmp)["registry"]["promoted"]
+    champion = mlflow.MlflowClient().get_model_version_by_alias("textclf", "champion").version
+    copy_prepared(tiny_multilabel[0], tmp, monkeypatch)  # the multi-label data, the same store
+    train_and_evaluate(p, tmp)
+    assert mlflow.MlflowClient().get_model_version_by_alias("textclf", "champion").version == champion
+    assert "answers one class per document, this model label sets" in caplog.text

@@ -15,7 +15,9 @@ import numpy as np
 import pandas as pd
 
 from textclf.evaluate.comparison import BETTER, WORSE, compare
+from textclf.data.labelsets import labels_of
 from textclf.evaluate.metrics import classification_scores
+from textclf.evaluate.multilabel import set_scores
 from textclf.inference.loading import load_predictor
 from textclf.common import UserError, open_parquet
 from textclf.tracking.registry import run_file
@@ -38,17 +40,20 @@ def common_set(challenger: pd.DataFrame, champion: pd.DataFrame) -> tuple[pd.Dat
     return test[~(by_text | by_group)], left_out
 
 
-def judge(truth: list[str], challenger: list[str], champion: list[str], rule: str, cfg) -> dict:
+def judge(truth: list[str], challenger: list[str], champion: list[str], rule: str, cfg,
+          multilabel: bool = False) -> dict:
     """Both models' predicted labels on the common set -> scores, the paired comparison and
     the gate's decision. `not_worse`: not significantly worse and a macro-F1 at least the
-    champion's; `better`: significantly better."""
+    champion's; `better`: significantly better. Multi-label: the predictions are label sets,
+    right when the whole set is (the paired test), macro-F1 over the labels."""
+    score = set_scores if multilabel else classification_scores
     y, mine_pred, theirs_pred = (np.asarray(v) for v in (truth, challenger, champion))
     out = {"n": int(len(y)), "rule": rule}
     if not len(y):
         return {**out, "promote": False,
                 "reason": "no common test document: every challenger test document was seen by "
                           "the champion in training or validation"}
-    mine, theirs = classification_scores(y, mine_pred), classification_scores(y, theirs_pred)
+    mine, theirs = score(y, mine_pred), score(y, theirs_pred)
     cmp = compare(mine_pred == y, theirs_pred == y, cfg.bootstrap, cfg.seed, cfg.alpha)
     if rule == "better":
         promote = cmp["verdict"] == BETTER
@@ -87,9 +92,10 @@ class Challenge:
     """What evaluate knows about the challenger, and the champion's data version once read:
     the registry calls it with the champion's tags when the two were tested on other splits."""
 
-    def __init__(self, name: str, splits: pd.DataFrame, predictions: pd.DataFrame, corpus: str, cfg):
+    def __init__(self, name: str, splits: pd.DataFrame, predictions: pd.DataFrame, corpus: str, cfg,
+                 multilabel: bool = False):
         self.name, self.splits, self.predictions, self.corpus = name, splits, predictions, corpus
-        self.cfg = cfg
+        self.cfg, self.multilabel = cfg, multilabel
         self.champion_splits: pd.DataFrame | None = None
 
     def read_champion(self, champion: dict | None, tracking_uri: str) -> pd.DataFrame | None:
@@ -108,10 +114,19 @@ class Challenge:
         common, left_out = common_set(self.splits, self.champion_splits)
         doc_ids = common["doc_id"].tolist()
         predictor = load_predictor(f"models:/{self.name}/{champion['version']}")  # what it serves
+        if (predictor.thresholds is not None) != self.multilabel:
+            log.warning("the champion (version %s) answers %s, this model %s: the two cannot be scored "
+                        "alike, so the champion stays; promote by hand if meant", champion["version"],
+                        *(("label sets", "one class per document") if predictor.thresholds is not None
+                          else ("one class per document", "label sets")))
+            return None
         theirs = predictor.predict(read_texts(self.corpus, doc_ids))["label"].tolist() if doc_ids else []
         mine = self.predictions.set_index("doc_id").loc[doc_ids, "predicted"].tolist()
-        result = judge(common["label"].tolist(), mine, theirs, self.cfg.gate, self.cfg)
-        classes = class_changes(sorted(self.splits["label"].unique()), predictor.labels)
+        result = judge(common["label"].tolist(), mine, theirs, self.cfg.gate, self.cfg, self.multilabel)
+        known = sorted(self.splits["label"].unique())
+        if self.multilabel:  # label sets -> the labels in them
+            known = sorted({label for s in known for label in labels_of(s)})
+        classes = class_changes(known, predictor.labels)
         if classes["only_challenger"] or classes["only_champion"]:
             result["reason"] += (f"; classes only the challenger knows: {classes['only_challenger']}, "
                                  f"only the champion: {classes['only_champion']}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from textclf.data.labelsets import hot, labels_of
 from textclf.evaluate.metrics import per_class_scores
 
 DEFAULT_THRESHOLD = 0.5  # a label with no validation document keeps it: nothing to tune on
@@ -107,3 +108,9 @@ def per_label_recall(labels: list[str], y_true: np.ndarray, model: np.ndarray, b
                     "model": float((model[:, i] & y_true[:, i]).sum() / support[i]) if support[i] else 0.0,
                     "baseline": float((baseline[:, i] & y_true[:, i]).sum() / support[i]) if support[i] else 0.0}
             for i, label in enumerate(labels)}
+
+
+def set_scores(y_true, y_pred) -> dict[str, float]:
+    """multilabel_scores of label sets as the corpus writes them (over every label either holds)."""
+    labels = sorted({label for s in [*y_true, *y_pred] for label in labels_of(s)})
+    return multilabel_scores(hot(y_true, labels), hot(y_pred, labels))

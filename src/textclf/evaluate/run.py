@@ -126,7 +126,8 @@ def registry_step(paths: EvaluatePaths, cfg, training: dict, metrics: dict,
     test_docs = splits.loc[splits["split"] == "test"]
     test_split = split_hash(zip(test_docs["content_hash"], test_docs["label"]))
     tags = version_tags(metrics, test_split, git_commit(), os.environ.get("DVC_EXP_NAME"))
-    challenge = Challenge(cfg.registered_model, splits, predictions, paths.corpus, cfg)
+    challenge = Challenge(cfg.registered_model, splits, predictions, paths.corpus, cfg,
+                          metrics.get("task") == "multilabel")
     champion = current_champion(training["tracking_uri"], cfg.registered_model)
     against = challenge.read_champion(champion, training["tracking_uri"])  # before this version registers
     metrics["registry"] = register(training, cfg.registered_model, tags, challenge)
