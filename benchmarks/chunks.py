@@ -29,9 +29,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 import stages  # noqa: E402,F401  puts this checkout's src/ first: its textclf, not an installed one
 
+from bbc_experiments import bbc_parser, run_experiments  # noqa: E402
 from textclf.common import run_stage  # noqa: E402
 from textclf.multiseed import read_preset  # noqa: E402
-from textclf.tracking.dvc_exps import dvc, experiments, queue, run_queued  # noqa: E402
 
 log = logging.getLogger("chunks")
 CONTENDERS = {  # name -> its -S overrides, after the preset's
@@ -117,21 +117,10 @@ def table(rows: list[dict]) -> str:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1], help="split seeds (default 0 1)")
-    parser.add_argument("--name", default="chunks", help="experiments are named NAME-<contender>-s<seed>")
-    parser.add_argument("--source", default=str(ROOT.parent / "shared" / "data" / "bbc"),
-                        help="the BBC folder (a folder per class; read in place, never copied)")
-    parser.add_argument("--preset", default=str(ROOT / "benchmarks" / "bbc.preset"),
-                        help="key=value params applied first (default benchmarks/bbc.preset)")
-    parser.add_argument("-S", "--set-param", dest="extra", action="append", default=[],
-                        help="more params for every contender, as dvc exp run -S (e.g. tokenize.stride=64)")
-    parser.add_argument("--jobs", type=int, default=1, help="experiments at once (dvc queue start -j)")
+    parser = bbc_parser(__doc__, "chunks", "NAME-<contender>-s<seed>")
     parser.add_argument("--infer-docs", type=int, default=200, help="BBC texts timed per contender")
     parser.add_argument("--batch-size", type=int, default=16, help="inference batch size")
-    parser.add_argument("--summarize", action="store_true", help="only the table of finished experiments")
     parser.add_argument("--dry-run", action="store_true", help="log the experiments it would queue, run nothing")
-    parser.add_argument("--json", help="also write the rows to this JSON file")
     return parser.parse_args(argv)
 
 
@@ -150,18 +139,8 @@ def main(argv: list[str] | None = None) -> None:
             log.info("dvc exp run --queue -n %s %s", name,
                      " ".join(f"-S {o}" for o in overrides(contender, seed, base)))
         return
-    if not args.summarize:
-        for (contender, seed), name in exps.items():
-            queue(name, overrides(contender, seed, base))
-        states = run_queued(list(exps.values()), args.jobs)
-        failed = [n for n, s in states.items() if s == "Failed"]
-        if failed:
-            raise SystemExit(f"experiments {', '.join(failed)} failed (see `dvc queue logs NAME`).")
-    shown = experiments(json.loads(dvc("exp", "show", "--json", "--all-commits")))
-    missing = [n for n in exps.values() if n not in shown]
-    if missing:
-        raise SystemExit(f"no finished experiment named {', '.join(missing)} in `dvc exp show`; "
-                         "run them first (drop --summarize).")
+    shown = run_experiments({name: overrides(contender, seed, base) for (contender, seed), name in exps.items()},
+                            args.jobs, args.summarize)
     texts = sample_texts(source, args.infer_docs)
     rows = [row(c, s, shown[name], inference(shown[name]["mlflow"]["model_uri"], texts, args.batch_size))
             for (c, s), name in exps.items()]

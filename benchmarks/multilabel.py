@@ -28,9 +28,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 import stages  # noqa: E402,F401  puts this checkout's src/ first: its textclf, not an installed one
 
+from bbc_experiments import bbc_parser, run_experiments  # noqa: E402
 from textclf.common import run_stage  # noqa: E402
 from textclf.multiseed import read_preset  # noqa: E402
-from textclf.tracking.dvc_exps import dvc, experiments, queue, run_queued  # noqa: E402
 
 log = logging.getLogger("multilabel")
 
@@ -87,21 +87,10 @@ def table(rows: list[dict]) -> str:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1], help="split seeds (default 0 1)")
-    parser.add_argument("--name", default="multilabel", help="experiments are named NAME-s<seed>")
-    parser.add_argument("--source", default=str(ROOT.parent / "shared" / "data" / "bbc"),
-                        help="the BBC folder (a folder per class; read in place, never copied)")
+    parser = bbc_parser(__doc__, "multilabel", "NAME-s<seed>")
     parser.add_argument("--table", default="/tmp/textclf-bbc-multilabel.jsonl",
                         help="where the multi-label table is written (outside the repository)")
     parser.add_argument("--pairs", type=int, default=600, help="two-class documents (default 600)")
-    parser.add_argument("--preset", default=str(ROOT / "benchmarks" / "bbc.preset"),
-                        help="key=value params applied first (default benchmarks/bbc.preset)")
-    parser.add_argument("-S", "--set-param", dest="extra", action="append", default=[],
-                        help="more params for every seed, as dvc exp run -S")
-    parser.add_argument("--jobs", type=int, default=1, help="experiments at once (dvc queue start -j)")
-    parser.add_argument("--summarize", action="store_true", help="only the table of finished experiments")
-    parser.add_argument("--json", help="also write the rows to this JSON file")
     return parser.parse_args(argv)
 
 
@@ -117,17 +106,9 @@ def main(argv: list[str] | None = None) -> None:
     exps = {seed: f"{args.name}-s{seed}" for seed in args.seeds}
     if not args.summarize:
         log.info("table %s: %s", out, build_table(source, out, args.pairs, seed=0))
-        base = [*read_preset(args.preset), "ingest.task=multilabel", f"ingest.source={out}", *args.extra]
-        for seed, name in exps.items():
-            queue(name, [*base, f"split.seed={seed}"])
-        states = run_queued(list(exps.values()), args.jobs)
-        failed = [n for n, s in states.items() if s == "Failed"]
-        if failed:
-            raise SystemExit(f"experiments {', '.join(failed)} failed (see `dvc queue logs NAME`).")
-    shown = experiments(json.loads(dvc("exp", "show", "--json", "--all-commits")))
-    missing = [n for n in exps.values() if n not in shown]
-    if missing:
-        raise SystemExit(f"no finished experiment named {', '.join(missing)} in `dvc exp show`; run them first.")
+    base = [*read_preset(args.preset), "ingest.task=multilabel", f"ingest.source={out}", *args.extra]
+    shown = run_experiments({name: [*base, f"split.seed={seed}"] for seed, name in exps.items()},
+                            args.jobs, args.summarize)
     rows = [row(seed, shown[name]) for seed, name in exps.items()]
     log.info("BBC as several labels per document (%d pairs), split seeds %s:\n%s", args.pairs,
              " ".join(map(str, args.seeds)), table(rows))

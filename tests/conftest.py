@@ -209,12 +209,17 @@ def prepare(tmp_path: Path, sample_corpus: Path, model_dir: Path, monkeypatch):
     params = write_params(tmp_path / "params.yaml", ingest={"source": str(sample_corpus)},
                           tokenize={"max_length": 64}, model={"name": str(model_dir)},
                           train={"epochs": 2, "batch_size": 8, "lr_encoder": 1e-3, "lr_head": 1e-3})
+    return tmp_path, ingest_tokenize_split(params)
+
+
+def ingest_tokenize_split(params: Path) -> list[str]:
+    """The first three stages with `params`, into PREPARED_FILES in the cwd -> the --params argument."""
     p = ["--params", str(params)]
     ingest.main(p + ["--corpus", "c.parquet", "--report", "r.json"])
     tokenize_stage.main(p + ["--corpus", "c.parquet", "--tokens", "t.parquet", "--stats", "s.json",
                          "--histogram", "h.csv"])
     split.main(p + ["--corpus", "c.parquet", "--splits", "sp.parquet", "--counts", "n.json"])
-    return tmp_path, p
+    return p
 
 
 def run_train(p, model_dir="model", curve="curve.csv", run_file="run.json"):

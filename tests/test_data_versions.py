@@ -14,13 +14,12 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from stages import ingest, split
-from stages import tokenize as tokenize_stage
 from textclf.config import EvaluateParams
 from textclf.evaluate.champion import Challenge, common_set, judge
 from textclf.tracking.registry import HISTORY_TAG, SPLIT_TAG, register
 
-from conftest import REPO, copy_repo, dvc, git, run_baseline, run_evaluate, run_train, write_params
+from conftest import (REPO, copy_repo, dvc, git, ingest_tokenize_split, run_baseline, run_evaluate, run_train,
+                      write_params)
 from test_pipeline import ran
 from test_registry import PASS, logged_runs
 
@@ -29,12 +28,7 @@ def prepare_version(tmp, corpus, seed: int) -> list[str]:
     """Ingest, tokenize and split `corpus` with split.seed `seed` (files c/t/sp.parquet)."""
     params = write_params(tmp / "params.yaml", ingest={"source": str(corpus)}, split={"seed": seed},
                           train={"epochs": 3, "lr_encoder": 1e-4, "lr_head": 1e-2})
-    p = ["--params", str(params)]
-    ingest.main(p + ["--corpus", "c.parquet", "--report", "r.json"])
-    tokenize_stage.main(p + ["--corpus", "c.parquet", "--tokens", "t.parquet", "--stats", "s.json",
-                             "--histogram", "h.csv"])
-    split.main(p + ["--corpus", "c.parquet", "--splits", "sp.parquet", "--counts", "n.json"])
-    return p
+    return ingest_tokenize_split(params)
 
 
 def train_and_evaluate(p, tmp) -> dict:

@@ -17,8 +17,6 @@ import pytest
 import torch
 from sklearn.metrics import accuracy_score, f1_score, hamming_loss
 
-from stages import ingest, split
-from stages import tokenize as tokenize_stage
 from textclf import predict
 from textclf.common import UserError
 from textclf.config import parse_section
@@ -35,8 +33,8 @@ from textclf.train.loop import multilabel_loss
 
 from test_data_versions import train_and_evaluate
 
-from conftest import (copy_prepared, copy_repo, dvc, run_baseline, run_evaluate, run_train, shared_once,
-                      write_multilabel_table, write_params)
+from conftest import (copy_prepared, copy_repo, dvc, ingest_tokenize_split, run_baseline, run_evaluate, run_train,
+                      shared_once, write_multilabel_table, write_params)
 
 LABELS = ["business", "entertainment", "politics", "sport", "tech"]
 
@@ -47,12 +45,7 @@ def prepare_multilabel(folder, model_dir) -> list[str]:
                           tokenize={"max_length": 64}, model={"name": str(model_dir)},
                           train={"epochs": 3, "batch_size": 8, "lr_encoder": 1e-3, "lr_head": 1e-2},
                           serve={"format": "onnx"})
-    p = ["--params", str(params)]
-    ingest.main(p + ["--corpus", "c.parquet", "--report", "r.json"])
-    tokenize_stage.main(p + ["--corpus", "c.parquet", "--tokens", "t.parquet", "--stats", "s.json",
-                             "--histogram", "h.csv"])
-    split.main(p + ["--corpus", "c.parquet", "--splits", "sp.parquet", "--counts", "n.json"])
-    return p
+    return ingest_tokenize_split(params)
 
 
 @pytest.fixture(scope="session")
