@@ -247,3 +247,27 @@ def test_a_champion_of_the_other_task_is_not_scored_and_stays(prepared, tiny_mul
     train_and_evaluate(p, tmp)
     assert mlflow.MlflowClient().get_model_version_by_alias("textclf", "champion").version == champion
     assert "answers one class per document, this model label sets" in caplog.text
+
+
+def test_a_scored_table_gets_a_labels_column(tiny_multilabel, tmp_path):
+    folder, _ = tiny_multilabel
+    pd.DataFrame({"text": ["The film won an award.", "", "Rates rose again."]}).to_csv(tmp_path / "in.csv", index=False)
+    predict.main([str(folder / "export"), "--table", str(tmp_path / "in.csv"), "--out", str(tmp_path / "out.parquet")])
+    out = pd.read_parquet(tmp_path / "out.parquet")
+    assert out["skip_reason"].fillna("").tolist() == ["", "empty_text", ""]
+    scored = out.dropna(subset=["label"])
+    assert [json.dumps(sorted(labels)) for labels in scored["labels"]] == scored["label"].tolist()
+    assert out["labels"][1] is None
+
+
+def test_padding_a_multi_hot_batch_masks_the_whole_row():
+    """Several processes pad a short global batch with one entry of weight 0 (RankShard): for
+    multi-hot targets that entry is a row of PAD_LABEL, which the loss and the count skip."""
+    from textclf.model.batching import PAD_LABEL, Collator, Padding, TokenDataset
+
+    data = TokenDataset([[101, 5, 102], [101, 102]], [[1.0, 0.0], [0.0, 1.0]])
+    batch = Collator(0)([data[0], data[Padding(1)]])
+    assert batch["labels"].dtype == torch.float32 and batch["labels"][1].tolist() == [PAD_LABEL, PAD_LABEL]
+    logits = torch.zeros(2, 2)
+    assert multilabel_loss(logits, batch["labels"], None).item() == pytest.approx(
+        torch.nn.functional.binary_cross_entropy_with_logits(logits[:1], batch["labels"][:1]).item())
