@@ -80,6 +80,9 @@ def mlflow_metrics(metrics: dict) -> dict[str, float]:
     for name in ("accuracy", "macro_f1"):
         flat[f"baseline_{name}"] = metrics["baseline"][name]
         flat[f"gap_{name}"] = metrics["gap"][name]
+    for name in ("micro_f1", "hamming_loss"):  # a multi-label model's (accuracy is subset accuracy)
+        if name in metrics:
+            flat[f"test_{name}"], flat[f"baseline_{name}"] = metrics[name], metrics["baseline"][name]
     names = metric_names(list(metrics["per_class"]))
     for label, scores in metrics["per_class"].items():
         for name in ("precision", "recall", "f1"):

@@ -23,7 +23,7 @@ from textclf.evaluate.multilabel import decide, multilabel_test_metrics, per_lab
 from textclf.inference.frames import PROB_PREFIX, label_set_frame, probability_frame
 from textclf.inference.proba import inference_device, predict_proba
 from textclf.common import UserError, read_json, write_csv, write_json, write_parquet
-from textclf.model.batching import read_token_splits
+from textclf.model.batching import Split, read_token_splits
 from textclf.model.modeling import (folder_params, is_multilabel_model, load_classifier, load_thresholds,
                                     load_tokenizer, pad_id)
 from textclf.tracking.registry import current_champion, register, split_hash, version_tags
@@ -147,34 +147,43 @@ def diff_counts(found: dict) -> dict:
             "changed_split": moves.get("moved", 0), "test_to_train": moves.get("test_to_train", 0)}
 
 
+def score_test(paths: EvaluatePaths, params, model, labels: list[str], thresholds: np.ndarray | None,
+               test: Split) -> tuple[dict, pd.DataFrame, pd.DataFrame, dict]:
+    """The model on the test split, and the export checked against it -> (metrics, per-document
+    predictions, confusion rows (actual, predicted), the serving check)."""
+    cfg = params.evaluate
+    y_true = np.asarray(test.labels)  # (N,) classes, or (N, C) multi-hot
+    device, mixed = inference_device(cfg.precision)
+    model.to(device)
+    pooling = folder_params(paths.model_dir)[1].chunk_pooling  # chunks: pooled as validation pooled
+    probs = predict_proba(model, test.input_ids, cfg.batch_size, pad_id(load_tokenizer(paths.model_dir)), device,
+                          mixed, owner=test.owner, pooling=pooling, multilabel=thresholds is not None)  # (documents, C)
+
+    def answer(p: np.ndarray) -> np.ndarray:  # per document: its class, or its label set
+        return p.argmax(axis=1) if thresholds is None else np.asarray(label_sets(decide(p, thresholds), labels))
+    truth = y_true if thresholds is None else np.asarray(label_sets(y_true, labels))
+    serving = check_export(paths.export, test.input_ids, truth, probs, labels, params.serve, cfg, test.owner, answer)
+    if thresholds is not None:
+        return (*multilabel_results(test.doc_ids or [], y_true, probs, thresholds, labels), serving)
+    y_pred = probs.argmax(axis=1)
+    metrics = test_metrics(y_true, y_pred, labels)
+    predictions = prediction_frame(test.doc_ids or [], y_true, probs, labels)
+    metrics["ece"] = calibration(predictions["probability"], predictions["correct"])["ece"]
+    confusion = pd.DataFrame({"actual": [labels[i] for i in y_true], "predicted": [labels[i] for i in y_pred]})
+    return metrics, predictions, confusion, serving
+
+
 def run(paths: EvaluatePaths) -> None:
     """The stage."""
     params = load_params(paths.params)
     cfg = params.evaluate
     training = training_run(paths.run_file)  # before the work: fail in one line, naming the store
     model, labels = load_classifier(paths.model_dir)
-    multilabel = is_multilabel_model(model)
-    thresholds = load_thresholds(paths.model_dir, labels) if multilabel else None
+    thresholds = load_thresholds(paths.model_dir, labels) if is_multilabel_model(model) else None
+    multilabel = thresholds is not None
     test = read_token_splits(paths.tokens, paths.splits, labels, names=("test",))[0]["test"]
-    input_ids, y_true, doc_ids = test.input_ids, np.asarray(test.labels), test.doc_ids or []
-    device, mixed = inference_device(cfg.precision)
-    model.to(device)
-    pooling = folder_params(paths.model_dir)[1].chunk_pooling  # chunks: pooled as validation pooled
-    probs = predict_proba(model, input_ids, cfg.batch_size, pad_id(load_tokenizer(paths.model_dir)),
-                          device, mixed, owner=test.owner, pooling=pooling, multilabel=multilabel)  # (documents, C)
-
-    def answer(p: np.ndarray) -> np.ndarray:  # per document: its class, or its label set
-        return p.argmax(axis=1) if thresholds is None else np.asarray(label_sets(decide(p, thresholds), labels))
-    truth = np.asarray(label_sets(y_true, labels)) if multilabel else y_true
-    serving = check_export(paths.export, input_ids, truth, probs, labels, params.serve, cfg, test.owner, answer)
-    if thresholds is not None:
-        metrics, predictions, confusion_rows = multilabel_results(doc_ids, y_true, probs, thresholds, labels)
-    else:
-        y_pred = probs.argmax(axis=1)
-        metrics = test_metrics(y_true, y_pred, labels)
-        predictions = prediction_frame(doc_ids, y_true, probs, labels)
-        metrics["ece"] = calibration(predictions["probability"], predictions["correct"])["ece"]
-        confusion_rows = pd.DataFrame({"actual": [labels[i] for i in y_true], "predicted": [labels[i] for i in y_pred]})
+    doc_ids = test.doc_ids or []
+    metrics, predictions, confusion_rows, serving = score_test(paths, params, model, labels, thresholds, test)
     guard_results = read_json(paths.guards)
     metrics["guards"] = {name: g["status"] for name, g in guard_results.items()}
     # the classes the kept model never recalls on validation: the report names them
