@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from stages import baseline, evaluate, export, ingest, split, train
+from stages import baseline, evaluate, export, ingest, report, split, train
 from stages import tokenize as tokenize_stage
 
 REPO = Path(__file__).resolve().parents[1]
@@ -241,6 +241,16 @@ def run_evaluate(p, metrics="metrics.json"):
                        "--baseline-predictions", "bp.parquet", "--corpus", "c.parquet", "--export", "export",
                        "--data-diff", "diff.json", "--metrics", metrics,
                        "--confusion", "conf.csv", "--per-class", "pc.csv", "--predictions", "pred.parquet"])
+
+
+def run_report(p: list[str]) -> None:
+    """The report stage on the files run_evaluate leaves (curve.csv: run_train's)."""
+    report.main(p + ["--ingest-report", "r.json", "--token-stats", "s.json", "--split-counts", "n.json",
+                     "--histogram", "h.csv", "--curve", "curve.csv", "--metrics", "metrics.json",
+                     "--data-diff", "diff.json",
+                     "--predictions", "pred.parquet", "--corpus", "c.parquet", "--model-dir", "model",
+                     "--run-file", "run.json", "--out-md", "report.md", "--out-html", "report.html",
+                     "--confusion-png", "confusion.png"])
 
 
 GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",

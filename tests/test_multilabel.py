@@ -33,8 +33,8 @@ from textclf.train.loop import multilabel_loss
 
 from test_data_versions import train_and_evaluate
 
-from conftest import (copy_prepared, copy_repo, dvc, ingest_tokenize_split, run_baseline, run_evaluate, run_train,
-                      shared_once, write_multilabel_table, write_params)
+from conftest import (copy_prepared, copy_repo, dvc, ingest_tokenize_split, run_baseline, run_evaluate, run_report,
+                      run_train, shared_once, write_multilabel_table, write_params)
 
 LABELS = ["business", "entertainment", "politics", "sport", "tech"]
 
@@ -51,7 +51,7 @@ def prepare_multilabel(folder, model_dir) -> list[str]:
 @pytest.fixture(scope="session")
 def tiny_multilabel(tmp_path_factory, tiny_random_bert):
     """READ-ONLY: the demo corpus as a multi-label table, ingested, tokenized, split, trained
-    (3 epochs), baseline, exported (ONNX float32) and evaluated -> (folder, run.json)."""
+    (3 epochs), baseline, exported (ONNX float32), evaluated and reported -> (folder, run.json)."""
     def build(folder):
         with pytest.MonkeyPatch.context() as monkeypatch:
             monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{folder / 'mlflow.db'}")
@@ -60,6 +60,7 @@ def tiny_multilabel(tmp_path_factory, tiny_random_bert):
             run_train(p)
             run_baseline(p)
             run_evaluate(p)
+            run_report(p)
     folder = shared_once(tmp_path_factory, "tiny-multilabel", build)
     return folder, json.loads((folder / "run.json").read_text())
 
@@ -160,6 +161,14 @@ def test_evaluate_scores_label_sets_against_the_one_vs_rest_baseline(tiny_multil
     assert cmp["model_only"] == int((model_right & ~base_right).sum())
     assert cmp["baseline_only"] == int((~model_right & base_right).sum())
     assert metrics["serving"]["format"] == "onnx" and metrics["serving"]["agreement"] == 1.0
+
+
+def test_the_report_says_what_multilabel_scores_mean(tiny_multilabel):
+    report = (tiny_multilabel[0] / "report.md").read_text()
+    metrics = json.loads((tiny_multilabel[0] / "metrics.json").read_text())
+    assert "Several labels per document: accuracy is subset accuracy" in report
+    assert f"micro-F1 **{metrics['micro_f1']:.4f}**, Hamming loss **{metrics['hamming_loss']:.4f}**" in report
+    assert "| label | documents | model recall | baseline recall |" in report
 
 
 def test_every_served_form_answers_label_lists_with_a_probability_per_label(tiny_multilabel, capsys):

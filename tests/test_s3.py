@@ -11,9 +11,8 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from conftest import dvc, free_port, git, run_baseline, run_evaluate, run_train
+from conftest import dvc, free_port, git, run_baseline, run_evaluate, run_report, run_train
 from moto_s3 import moto_server, offline_aws, without_aws
-from stages import report
 from test_remote import STAGES, UP_TO_DATE, ran, uncached
 from test_server import LABELS, NO_POSTGRES, postgres_installed, server_sh, team_server
 
@@ -112,15 +111,6 @@ def team_s3(s3):
     with team_server("textclf-s3-", TEXTCLF_ARTIFACTS=f"s3://{BUCKET}/mlflow",
                      MLFLOW_S3_ENDPOINT_URL=s3.endpoint, **s3.env) as server:
         yield server
-
-
-def run_report(p: list[str]) -> None:
-    report.main(p + ["--ingest-report", "r.json", "--token-stats", "s.json", "--split-counts", "n.json",
-                     "--histogram", "h.csv", "--curve", "curve.csv", "--metrics", "metrics.json",
-                     "--data-diff", "diff.json",
-                     "--predictions", "pred.parquet", "--corpus", "c.parquet", "--model-dir", "model",
-                     "--run-file", "run.json", "--out-md", "report.md", "--out-html", "report.html",
-                     "--confusion-png", "confusion.png"])
 
 
 @pytest.mark.slow

@@ -57,6 +57,7 @@ def headline(metrics: dict, collapsed_epochs: Sequence[int] = ()) -> list[Block]
 def baseline_section(metrics: dict) -> list[Block]:
     """Model and baseline side by side: per-class accuracy, the paired counts, the ensemble."""
     cmp, per_class = metrics["comparison"], metrics["per_class_accuracy"]
+    several = metrics.get("task") == "multilabel"
     blocks: list[Block] = [Heading("Model versus the TF-IDF baseline"),
               Para(f"Paired on the same {metrics['n_test']} test documents: both right "
                    f"{cmp['both_right']}, only the model {cmp['model_only']}, only the baseline "
@@ -64,9 +65,13 @@ def baseline_section(metrics: dict) -> list[Block]:
                    f"{cmp['mcnemar_p']:.3g}; bootstrap 95 % interval of the accuracy difference "
                    f"{cmp['ci_low']:+.4f} to {cmp['ci_high']:+.4f} ({cmp['resamples']} resamples). "
                    f"Verdict (alpha {cmp['alpha']}; both must agree): **{cmp['verdict']}**."),
-              Table(["class", "documents", "model accuracy", "baseline accuracy"],
+              Table(["label", "documents", "model recall", "baseline recall"] if several else
+                    ["class", "documents", "model accuracy", "baseline accuracy"],
                     [[c, s["support"], f"{s['model']:.3f}", f"{s['baseline']:.3f}"]
                      for c, s in per_class.items()])]
+    if several:
+        blocks.insert(2, Para("Several labels per document: a document is right when its whole label "
+                              "set is; per label, the share of its documents each system gives it."))
     if metrics.get("ensemble"):
         ens = metrics["ensemble"]
         blocks.append(Para(f"Mean of both systems' probabilities (`evaluate.ensemble`): accuracy "
