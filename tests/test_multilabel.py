@@ -280,3 +280,19 @@ def test_padding_a_multi_hot_batch_masks_the_whole_row():
     logits = torch.zeros(2, 2)
     assert multilabel_loss(logits, batch["labels"], None).item() == pytest.approx(
         torch.nn.functional.binary_cross_entropy_with_logits(logits[:1], batch["labels"][:1]).item())
+
+
+def test_the_guards_judge_the_kept_epoch_at_the_tuned_thresholds(tiny_multilabel):
+    """Each epoch is watched at probability 0.5 (nothing is tuned yet); the verdict on the kept
+    epoch is at the thresholds the served model uses: a model whose labels all sit below 0.5
+    but above their thresholds answers labels, and is not called collapsed for it."""
+    folder, _ = tiny_multilabel
+    curve = pd.read_csv(folder / "curve.csv")
+    guards = json.loads((folder / "guards.json").read_text())
+    kept = guards["collapse"]["epoch"]
+    assert curve.loc[curve["epoch"] == kept, "collapsed"].item() == 1  # at 0.5: no label for any document
+    y, probs, labels = validation_truth_and_probs(folder)
+    thresholds = json.loads((folder / "model" / "thresholds.json").read_text())
+    given = probs >= np.array([thresholds[label] for label in labels])
+    assert given.any(axis=1).mean() > 0.5  # at the tuned thresholds most documents get a label
+    assert guards["collapse"]["status"] == "recovered", guards["collapse"]["message"]

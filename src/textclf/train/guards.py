@@ -123,15 +123,15 @@ def collapse_message(stats: dict) -> str:
             f"{stats['top_share']:.0%} of validation predictions but only "
             f"{stats['top_true_share']:.0%} of the labels (prediction entropy "
             f"{stats['pred_entropy']:.2f} vs label entropy {stats['label_entropy']:.2f}). "
-            + (MULTILABEL_HINT if stats.get("kind") == "label set" else
+            + (MULTILABEL_HINT.format(at=stats.get("at", "probability 0.5")) if stats.get("kind") == "label set" else
                f"The learning rate is probably too high for fine-tuning: try train.lr_encoder in "
                f"{USUAL_LR}, with warmup (train.warmup_ratio) and clipping (train.max_grad_norm)."))
 
 
 # a sigmoid per label learns "no" first (most labels are absent from most documents): the
 # empty set everywhere is an under-trained model as often as a too-high learning rate
-MULTILABEL_HINT = (f"Several labels per document, judged at probability 0.5: train longer (train.epochs), "
-                   f"weight each label's positives (train.class_weights: balanced), and keep "
+MULTILABEL_HINT = ("Several labels per document, judged at {at}: train longer (train.epochs), "
+                   "weight each label's positives (train.class_weights: balanced), and keep "
                    f"train.lr_encoder in {USUAL_LR}.")
 
 

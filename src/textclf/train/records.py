@@ -252,14 +252,26 @@ class EpochLogger:
             log.warning("epoch %d: %s", row["epoch"], guards.collapse_message(stats))
         self.judge(row["epoch"])  # for now, as if this epoch were kept
 
-    def checks(self, probs) -> tuple[dict, dict]:
+    def checks(self, probs, thresholds=None) -> tuple[dict, dict]:
         """An epoch's (documents, C) validation probabilities -> collapse and recall stats;
-        multi-label (multi-hot y_val) on the labels at 0.5, the thresholds not tuned yet."""
+        multi-label (multi-hot y_val) on the labels at `thresholds`, by default 0.5 (an epoch's
+        own: the per-label thresholds are tuned once training ends)."""
         if self.y_val and isinstance(self.y_val[0], list):
-            return guards.multilabel_checks(probs >= 0.5, np.asarray(self.y_val), self.labels, self.cfg.collapse_share)
+            cut = 0.5 if thresholds is None else thresholds
+            stats, recalls = guards.multilabel_checks(probs >= cut, np.asarray(self.y_val), self.labels,
+                                                      self.cfg.collapse_share)
+            return {**stats, "at": "probability 0.5" if thresholds is None else
+                    "the per-label thresholds tuned on validation"}, recalls
         pred = probs.argmax(axis=1)
         return (guards.collapse_check(pred, self.y_val, self.labels, self.cfg.collapse_share),
                 guards.recall_check(pred, self.y_val, self.labels))
+
+    def use_thresholds(self, epoch: int, probs, thresholds) -> None:
+        """Multi-label, once the thresholds are tuned: the kept epoch's collapse and recall stats
+        again, at those thresholds, so the guards judge the labels the model will give."""
+        entry = next(h for h in self.history if h["epoch"] == epoch)
+        stats, recalls = self.checks(probs, thresholds)
+        entry.update({**stats, **recalls})
 
     def judge(self, kept_epoch: int, final: bool = False) -> str:
         """Record the collapse and silent_class guards for the kept epoch -> the collapse

@@ -39,10 +39,10 @@ def loss_weights(job: Training) -> np.ndarray | None:
     return weights
 
 
-def tuned_thresholds(job: Training, model: nn.Module) -> dict[str, float] | None:
+def tuned_thresholds(job: Training, model: nn.Module) -> tuple[dict[str, float], np.ndarray] | None:
     """Multi-label: each label's threshold, the one of its best F1 on validation with the kept
-    weights (never the test split), logged as thresholds.json -> {label: threshold}; None
-    for single-label."""
+    weights (never the test split), logged as thresholds.json -> ({label: threshold}, the
+    validation probabilities (documents, C) they were tuned on); None for single-label."""
     val = job.splits["validation"]
     if not val.multilabel:
         return None
@@ -50,12 +50,12 @@ def tuned_thresholds(job: Training, model: nn.Module) -> dict[str, float] | None
                           job.accelerator.device, job.accelerator.mixed_precision, owner=val.owner,
                           pooling=job.params.model.chunk_pooling, multilabel=True)  # (documents, C)
     y = np.asarray(val.labels, dtype=bool)
-    tuned = tune_thresholds(y, probs)
+    tuned = np.round(tune_thresholds(y, probs), 6)  # as saved and served
     at_half, at_tuned = multilabel_scores(y, decide(probs)), multilabel_scores(y, decide(probs, tuned))
-    thresholds = {label: round(float(t), 6) for label, t in zip(job.labels, tuned)}
+    thresholds = {label: float(t) for label, t in zip(job.labels, tuned)}
     log.info("per-label thresholds tuned on validation: %s; validation macro-F1 %.4f at 0.5, %.4f tuned",
              thresholds, at_half["macro_f1"], at_tuned["macro_f1"])
     job.tracker.log_dict({"thresholds": thresholds, "validation_at_0.5": at_half,
                           "validation_tuned": at_tuned}, "thresholds.json")
     job.tracker.log_metrics({f"val_tuned_{k}": v for k, v in at_tuned.items()})
-    return thresholds
+    return thresholds, probs
