@@ -6,8 +6,9 @@ they treat a class (two copies with other label sets are a conflict, as two clas
 The shape is never guessed: a JSON list (JSONL) or a list column (Parquet), or a string cut
 at `ingest.label_delimiter` (CSV/TSV, or any format that sets it). A list under
 `task: single_label`, or a string under `multilabel` with no delimiter, stops ingest naming
-the param. The corpus says which task made it (TASK_KEY in its Parquet metadata): a stage that
-cannot use a multi-label corpus refuses it instead of reading label sets as classes.
+the param. The corpus says which task made it (TASK_KEY in its Parquet metadata), and so does
+the token store tokenize derives from it: the stages after ingest go by that, never by the
+shape of a label.
 """
 from __future__ import annotations
 
@@ -37,11 +38,11 @@ def label_sets(hot, labels: list[str]) -> list[str]:
     return [json.dumps(sorted(label for label, on in zip(labels, row) if on)) for row in hot]
 
 
-def hot(label_sets_, labels: list[str]) -> np.ndarray:
+def hot(sets, labels: list[str]) -> np.ndarray:
     """Label sets as the corpus writes them -> (N, C) multi-hot over `labels`."""
     index = {label: i for i, label in enumerate(labels)}
-    out = np.zeros((len(label_sets_), len(labels)), dtype=bool)
-    for row, label_set in enumerate(label_sets_):
+    out = np.zeros((len(sets), len(labels)), dtype=bool)
+    for row, label_set in enumerate(sets):
         out[row, [index[label] for label in labels_of(label_set)]] = True
     return out
 
@@ -95,11 +96,3 @@ def task_metadata(multilabel: bool) -> dict[bytes, bytes]:
     """What a stage writes into the Parquet metadata of a file it derives from a multi-label
     corpus (nothing for single-label: its files stay as they were)."""
     return {TASK_KEY: MULTILABEL.encode()} if multilabel else {}
-
-
-def refuse_multilabel_corpus(metadata: dict | None, stage: str) -> None:
-    """A stage that trains one class per document, given a multi-label corpus."""
-    if is_multilabel(metadata):
-        raise UserError(f"the corpus was ingested with ingest.task: multilabel; the {stage} stage does not "
-                        "read label sets yet (several labels per document stop at ingest in this "
-                        "version): set ingest.task: single_label, one class per document.")

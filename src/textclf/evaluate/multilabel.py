@@ -1,5 +1,5 @@
 """Several labels per document: scores of multi-hot predictions, the per-label thresholds
-tuned on validation, and label sets as the corpus writes them. numpy only, as metrics.py.
+tuned on validation. numpy only, as metrics.py; scikit-learn's formulas with zero_division=0.
 
 A document's prediction is every label whose sigmoid probability reaches that label's
 threshold. Each threshold maximises the label's F1 on the validation split (ties to the one
@@ -10,7 +10,6 @@ from __future__ import annotations
 import numpy as np
 
 from textclf.data.labelsets import hot, labels_of
-from textclf.evaluate.metrics import per_class_scores
 
 DEFAULT_THRESHOLD = 0.5  # a label with no validation document keeps it: nothing to tune on
 
@@ -42,13 +41,9 @@ def multilabel_scores(y_true: np.ndarray, y_pred: np.ndarray) -> dict[str, float
 def per_label(y_true: np.ndarray, y_pred: np.ndarray, labels: list[str]) -> dict[str, dict]:
     """Per label: precision, recall, F1 and support (documents that carry it)."""
     tp, fp, fn = binary_counts(y_true, y_pred)
-    out = {}
-    for i, label in enumerate(labels):  # each label its own 2x2 confusion (true negatives unused)
-        matrix = np.array([[0, fp[i]], [fn[i], tp[i]]])
-        precision, recall, f1, support = (v[1] for v in per_class_scores(matrix))
-        out[label] = {"precision": float(precision), "recall": float(recall), "f1": float(f1),
-                      "support": int(support)}
-    return out
+    precision, recall, f1 = _ratio(tp, tp + fp), _ratio(tp, tp + fn), _ratio(2 * tp, 2 * tp + fp + fn)
+    return {label: {"precision": float(precision[i]), "recall": float(recall[i]), "f1": float(f1[i]),
+                    "support": int(tp[i] + fn[i])} for i, label in enumerate(labels)}
 
 
 def best_threshold(y: np.ndarray, p: np.ndarray) -> float:
