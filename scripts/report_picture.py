@@ -6,11 +6,14 @@ its top saved as docs/report.png.
 
 `make repro` runs it after the pipeline, so the picture follows the report. Where Chromium or
 Selenium is missing it says so and leaves the picture as it is: the pipeline never depends on a
-browser.
+browser. The picture shows a newcomer what their first `make repro` gives, so it is drawn only from
+a report whose model is the store's first registered version (a fresh clone's run); a long-lived
+store's report (a champion from earlier runs, older gates) is named and the picture left as it is.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
@@ -33,6 +36,18 @@ def missing() -> str | None:
         import selenium  # noqa: F401  the test extra, which `make install` installs
     except ImportError:
         return "selenium is not installed (pip install -e '.[test]')"
+    return None
+
+
+def not_a_first_run(metrics: Path) -> str | None:
+    """Why the report beside `metrics` is not what a fresh clone's `make repro` shows, or None."""
+    if not metrics.is_file():
+        return f"{metrics} not found"
+    registry = json.loads(metrics.read_text()).get("registry") or {}
+    version = registry.get("version")
+    if version != 1:
+        return (f"its model is version {version} of a store with earlier runs ({metrics}: registry), "
+                "not a fresh clone's first")
     return None
 
 
@@ -68,6 +83,11 @@ def main(argv: list[str] | None = None) -> int:
     if not html.is_file():
         log.error("%s not found: run `make repro` (or `dvc repro report`) first", html)
         return 1
+    why = not_a_first_run(html.parent / "metrics.json")
+    if why:
+        log.warning("no picture of the report: %s; %s is left as it was (draw it from a fresh "
+                    "clone: git clone <repo> fresh && cd fresh && make repro)", why, out)
+        return 0
     why = missing()
     if why:
         log.warning("no picture of the report: %s; %s is left as it was", why, out)

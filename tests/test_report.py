@@ -157,3 +157,28 @@ def test_serving_section_says_what_is_served_and_why_pytorch_when_the_export_fai
     text = to_markdown(serving_section({"n_test": 300, "serving": failed}))
     assert "Served: **torch**" in text and "the onnx-int8 export is not served: 95.0% of its" in text
     assert "PyTorch one" in to_markdown(serving_section({"serving": {"requested": "torch", "model_uri": "m"}}))
+
+
+def test_the_readme_picture_is_a_fresh_clones_first_run(tmp_path):
+    """The committed picture and report are what a newcomer's first `make repro` shows (issue 39
+    item 15: they once showed a long-lived store's legacy registry decision), and the picture
+    script leaves the picture alone when drawn from a store with earlier runs."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    committed = json.loads((repo / "reports" / "metrics.json").read_text())["registry"]
+    assert committed["version"] == 1 and not committed.get("history"), committed
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    (reports / "report.html").write_text("<html><body>report</body></html>")
+    (reports / "metrics.json").write_text(json.dumps({"registry": {"model": "textclf", "version": 8}}))
+    out = tmp_path / "report.png"
+    out.write_bytes(b"the old picture")
+    done = subprocess.run([sys.executable, str(repo / "scripts" / "report_picture.py"), "--html",
+                           str(reports / "report.html"), "--out", str(out)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and out.read_bytes() == b"the old picture"
+    assert "version 8 of a store with earlier runs" in done.stderr and "fresh clone" in done.stderr
