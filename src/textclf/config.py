@@ -74,9 +74,10 @@ class TokenizeParams(Section):
         # the tokenizer's special tokens are not known here (2 for BERT): tokenizing checks
         # the exact window, this the bound every tokenizer shares
         if self.truncation == "chunks" and self.stride >= self.max_length - 2:
+            # the suggestion: a quarter of the window, valid for any max_length (>= 16)
             raise UserError(f"params.yaml: tokenize.stride={self.stride} must be below tokenize.max_length="
                             f"{self.max_length} minus the special tokens (2 for BERT): lower "
-                            "tokenize.stride (e.g. 32) or raise tokenize.max_length.")
+                            f"tokenize.stride (e.g. {(self.max_length - 2) // 4}) or raise tokenize.max_length.")
 
 
 @dataclass(frozen=True)

@@ -74,12 +74,14 @@ def _coerce(section: str, name: str, value: Any, default: Any) -> Any:
             raise UserError(f"{where} must be true or false.")
         return value
     if isinstance(default, float):
+        # the example is the field's default, valid whatever its range (2.0e-5 is no threshold)
+        example = f"{default:.1e}" if default and abs(default) < 1e-3 else f"{default!r}"
         if isinstance(value, bool):
-            raise UserError(f"{where} must be a number, e.g. 2.0e-5.")
+            raise UserError(f"{where} must be a number, e.g. {example}.")
         try:
             return float(value)
         except (TypeError, ValueError):
-            raise UserError(f"{where} must be a number, e.g. 2.0e-5.") from None
+            raise UserError(f"{where} must be a number, e.g. {example}.") from None
     if isinstance(default, int):
         if isinstance(value, bool) or not isinstance(value, int):
             raise UserError(f"{where} must be an integer.")

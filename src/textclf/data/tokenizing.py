@@ -90,7 +90,7 @@ def windows(body: list[int], budget: int, stride: int) -> list[list[int]]:
     if not 0 <= stride < budget:
         raise UserError(f"tokenize.stride={stride} must be at least 0 and below the {budget} tokens "
                         "a window holds (tokenize.max_length minus the special tokens): lower "
-                        "tokenize.stride or raise tokenize.max_length.")
+                        f"tokenize.stride (e.g. {budget // 4}) or raise tokenize.max_length.")
     if len(body) <= budget:
         return [body]
     step = budget - stride
