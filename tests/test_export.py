@@ -71,7 +71,7 @@ def test_the_onnx_predictor_refuses_what_the_pytorch_one_refuses(tmp_path, tiny_
 def test_serve_format_torch_exports_nothing_and_a_torch_folder_is_no_onnx_model(tmp_path, tiny_random_bert):
     folder = saved(tmp_path / "model", tiny_random_bert, HEADS[0])
     export_model(folder, tmp_path / "export", "torch")
-    assert sorted(p.name for p in (tmp_path / "export").iterdir()) == ["export.json"]
+    assert sorted(p.name for p in (tmp_path / "export").iterdir()) == ["checksums.json", "export.json"]
     with pytest.raises(UserError, match="holds no ONNX model"):
         OnnxPredictor(tmp_path / "export")
     with pytest.raises(UserError, match="not an exported model folder"):
@@ -86,8 +86,10 @@ def broken_export(folder, export_dir) -> None:
         head = model.hf.classifier
         head.weight.zero_()
         head.bias.copy_(torch.arange(head.bias.numel(), 0, -1).float())
+    from textclf.model.checksums import write_checksums
     from textclf.model.export import export_float
     export_float(model, export_dir / json.loads((export_dir / "export.json").read_text())["file"])
+    write_checksums(export_dir)  # as the exporter writes them: the file is broken, not damaged
 
 
 def test_an_export_that_disagrees_is_not_served(prepared, caplog):

@@ -26,6 +26,7 @@ from textclf.evaluate.multilabel import best_threshold, multilabel_scores, set_s
 from textclf.inference.onnx_predictor import OnnxPredictor
 from textclf.inference.predictor import Predictor
 from textclf.inference.proba import predict_proba
+from textclf.model.checksums import write_checksums
 from textclf.model.batching import read_token_splits
 from textclf.model.modeling import pad_id
 from textclf.train.guards import collapse_message, multilabel_checks
@@ -194,6 +195,7 @@ def test_a_multilabel_model_folder_without_thresholds_is_refused(tiny_multilabel
     folder, _ = tiny_multilabel
     shutil.copytree(folder / "model", tmp_path / "model")
     (tmp_path / "model" / "thresholds.json").unlink()
+    write_checksums(tmp_path / "model")  # a folder saved so, not one damaged since
     with pytest.raises(UserError, match="multi-label model but no thresholds.json"):
         Predictor(tmp_path / "model")
 

@@ -13,6 +13,7 @@ from textclf.common import UserError, positive_int_env
 from textclf.data.tokenizing import RustTokenizer, encode_texts
 from textclf.inference.frames import check_texts, predicted_frame, sorted_batches
 from textclf.inference.pooling import pool_logits
+from textclf.model.checksums import how_to_restore, verify_folder
 from textclf.model.exported import TOKENIZER_FILE, read_export
 
 THREADS_ENV = "TEXTCLF_ONNX_THREADS"  # intra-op threads; unset: ONNX Runtime's (the physical cores)
@@ -26,7 +27,14 @@ def session(path: Path):
     threads = positive_int_env(THREADS_ENV)
     if threads:
         options.intra_op_num_threads = threads
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    try:
+        return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    except Exception as err:  # ONNX Runtime's own (InvalidProtobuf, Fail, …) derive from Exception
+        if not type(err).__module__.startswith("onnxruntime"):
+            raise
+        # a damaged file in a folder without checksums (an older export): one line, not 30
+        raise UserError(f"{path} is not an ONNX model ONNX Runtime can load ({type(err).__name__}): "
+                        f"{how_to_restore(path.parent, exported=True)}.") from None
 
 
 def token_batches(lengths: list[int], batch_size: int, budget: int) -> list[list[int]]:
@@ -52,6 +60,7 @@ def softmax(logits: np.ndarray) -> np.ndarray:
 class OnnxPredictor:
     def __init__(self, export_dir: str | Path, batch_size: int = 32):
         export_dir = Path(export_dir)
+        verify_folder(export_dir)  # before any file is parsed: a damaged one is one line
         meta = read_export(export_dir)
         if meta["format"] == "torch":
             raise UserError(f"{export_dir} holds no ONNX model (serve.format was torch); pass "

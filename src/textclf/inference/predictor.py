@@ -28,11 +28,11 @@ class Predictor:
         if not (model_dir / "params.json").is_file():
             raise UserError(f"{model_dir} is not a model folder written by the train stage "
                              "(no params.json); run `dvc repro train` or pass models/model.")
+        self.model, self.labels = load_classifier(model_dir)  # first: it checks the folder's checksums
         tok, model_cfg = folder_params(model_dir)
         self.max_length, self.truncation, self.stride = tok.max_length, tok.truncation, tok.stride
         self.chunk_pooling = model_cfg.chunk_pooling
         self.tokenizer = load_tokenizer(str(model_dir))
-        self.model, self.labels = load_classifier(model_dir)
         # multi-label: sigmoid per label, each cut at its threshold tuned on validation
         self.thresholds = load_thresholds(model_dir, self.labels) if is_multilabel_model(self.model) else None
         self.batch_size = batch_size

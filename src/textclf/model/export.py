@@ -23,6 +23,7 @@ from transformers import PreTrainedModel
 
 from textclf.common import atomic_path, read_json, write_json
 from textclf.config import load_params
+from textclf.model.checksums import write_checksums
 from textclf.model.exported import EXPORT_FILE, ONNX_FILES, TOKENIZER_FILE
 from textclf.model.modeling import is_multilabel_model, load_classifier, load_thresholds, load_tokenizer, pad_id
 
@@ -94,6 +95,7 @@ def export_model(model_dir: str | Path, out_dir: str | Path, fmt: str) -> dict:
             log.info("exported %s as %s (%.1f MB)", model_dir, meta["file"],
                      (tmp / meta["file"]).stat().st_size / 1e6)
         write_json(tmp / EXPORT_FILE, meta)
+        write_checksums(tmp)  # last: every file of the folder, whichever the format wrote
     return meta
 
 

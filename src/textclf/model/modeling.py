@@ -1,8 +1,8 @@
 """Build, save and load the three classifier shapes, reporting which parameters are new.
 
 A model folder holds the encoder (or the whole HF model) as safetensors with the label
-map in config.json, `head.safetensors` for custom heads, the tokenizer, and
-params.json: the params that built it.
+map in config.json, `head.safetensors` for custom heads, the tokenizer, params.json: the
+params that built it, and checksums.json: every file's sha256, checked at load (model.checksums).
 """
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from torch import nn
 from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, AutoTokenizer
 
 from textclf.config import ModelParams, TokenizeParams, parse_section
+from textclf.model.checksums import verify_folder, write_checksums
 from textclf.model.heads import PooledClassifier, SequenceClassifier, TextCNNClassifier
 from textclf.common import UserError, read_json, write_json
 from textclf.model_source import hub_offline, not_found, resolve_model_name
@@ -108,6 +109,7 @@ def save_model(model: nn.Module, folder: Path, tokenizer, params: dict,
         save_file(head, str(folder / HEAD_FILE))
     tokenizer.save_pretrained(folder)
     write_json(folder / "params.json", {s: dataclasses.asdict(p) for s, p in params.items()})
+    write_checksums(folder)  # last: over every file above
 
 
 def folder_params(folder: str | Path) -> tuple[TokenizeParams, ModelParams]:
@@ -119,8 +121,11 @@ def folder_params(folder: str | Path) -> tuple[TokenizeParams, ModelParams]:
 
 
 def load_classifier(folder: str | Path) -> tuple[nn.Module, list[str]]:
-    """A model folder written by the train stage -> (model in eval mode, labels)."""
+    """A model folder written by the train stage -> (model in eval mode, labels), its files
+    first checked against its checksums (every PyTorch load: predict, the pyfunc, export,
+    evaluate)."""
     folder = Path(folder)
+    verify_folder(folder)
     cfg = parse_section("model", read_json(folder / "params.json")["model"])
     if cfg.head == "sequence_classification":
         model = SequenceClassifier(AutoModelForSequenceClassification.from_pretrained(
