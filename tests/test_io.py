@@ -1,13 +1,14 @@
 """The stage entry point: signals stop at a safe point, errors are one line; atomic writes."""
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
 
 import pytest
 
-from textclf.common import atomic_path, read_json, write_json
+from textclf.common import atomic_path, read_json, umask, write_json, write_parquet
 
 from conftest import REPO
 
@@ -117,6 +118,36 @@ def test_atomic_path_removes_what_a_killed_write_left_but_not_a_live_one(tmp_pat
         assert sorted(os.listdir(tmp_path)) == [".m.json.l1ve0000.tmp", ".n.json.k1ll3d_0.tmp", "m.json"]
     write_json(tmp_path / "m.json", {"ok": 2})
     assert sorted(os.listdir(tmp_path)) == [".n.json.k1ll3d_0.tmp", "m.json"]
+
+
+@pytest.fixture
+def set_umask():
+    """Set the process's umask for one test, then put the old one back."""
+    old = os.umask(0o022)
+    yield os.umask
+    os.umask(old)
+
+
+@pytest.mark.parametrize("mask, file_mode, folder_mode", [
+    (0o022, 0o644, 0o755), (0o077, 0o600, 0o700), (0o002, 0o664, 0o775)], ids=["022", "077", "002"])
+def test_atomic_outputs_follow_the_umask_as_ordinary_files_do(tmp_path, set_umask, mask, file_mode, folder_mode):
+    """mkstemp/mkdtemp make a temp 0600/0700 and a rename keeps it: every atomic output (the
+    corpus, ingest_report.json, reports, models) was private, whatever the umask."""
+    import pandas as pd
+
+    from textclf.data.corpus import write_corpus
+
+    set_umask(mask)
+    assert umask() == mask  # read from /proc on Linux, without setting it
+    write_json(tmp_path / "report.json", {"ok": 1})
+    write_parquet(pd.DataFrame({"a": [1]}), tmp_path / "table.parquet")
+    write_corpus(REPO / "data" / "sample", tmp_path / "corpus.parquet", 1_000_000, 1)
+    with atomic_path(tmp_path / "model", folder=True) as tmp:
+        (tmp / "weights").write_bytes(b"w")
+    (tmp_path / "ordinary.txt").write_text("as open() makes it")
+    for name in ("report.json", "table.parquet", "corpus.parquet", "ordinary.txt", "model/weights"):
+        assert stat.S_IMODE((tmp_path / name).stat().st_mode) == file_mode, name
+    assert stat.S_IMODE((tmp_path / "model").stat().st_mode) == folder_mode
 
 
 RAISER = """

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import hashlib
 import json
 import logging
@@ -47,9 +48,30 @@ def atomic_path(path: str | Path, folder: bool = False):
     path.parent.mkdir(parents=True, exist_ok=True)
     with temp_beside(path.parent, f".{path.name}.", ".tmp", folder) as tmp:
         yield tmp
+        # mkstemp/mkdtemp make the temp private (0600/0700), and a rename keeps that mode:
+        # the output gets an ordinary file's mode, so a teammate or a shared DVC cache can read it
+        os.chmod(tmp, (0o777 if folder else 0o666) & ~umask())
         if folder:
             shutil.rmtree(path, ignore_errors=True)  # os.replace cannot replace a full folder
         os.replace(tmp, path)
+
+
+def umask() -> int:
+    """The process's umask, read without changing it where Linux shows it (/proc, since 4.7):
+    os.umask can only read it by setting it, which a thread creating a file meanwhile would
+    see. Elsewhere it is read that way, once, at the first call."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    return _umask_once()
+
+
+@functools.cache
+def _umask_once() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _locked(path: str) -> int | None:
