@@ -352,3 +352,35 @@ def test_textclf_serve_refuses_malformed_requests_in_one_line(trained, tmp_path)
     assert "inputs [1] are empty" in bad["empty"][1]["message"]
     assert bad["nested 50 000 deep"][1]["message"].startswith("the request body nests too deep")
     assert healthy == 200 and "RecursionError" not in (tmp_path / "serve.log").read_text()
+
+
+def test_textclf_serve_refuses_non_strings_in_the_inputs_format_as_in_the_others(trained, tmp_path):
+    """MLflow makes strings of every `inputs` value (3 -> "3", null -> "None") before the model
+    sees it, so {"inputs": [3]} was classified; textclf.serve refuses it as the model refuses a
+    non-string sent as dataframe_split or dataframe_records: 400, one line, position and type."""
+    tmp, run = trained
+    url = f"http://127.0.0.1:{free_port()}"
+    cmd = [sys.executable, "-m", "textclf.serve", run["model_uri"], "--port", url.rsplit(":", 1)[1]]
+    cases = {"int": ([3], 0, "int"), "float": ([3.5], 0, "float"), "null": ([None], 0, "NoneType"),
+             "bool": ([True], 0, "bool"), "second row": ([SECRET, 3], 1, "int"),
+             "list": ([[SECRET]], 0, "list")}
+    with server(cmd, tmp, f"{url}/ping", tmp_path / "serve.log"):
+        answers = {name: {
+            "inputs": post(url, json.dumps({"inputs": rows}).encode()),
+            "instances": post(url, json.dumps({"instances": rows}).encode()),
+            "inputs records": post(url, json.dumps({"inputs": [{"text": r} for r in rows]}).encode()),
+            "dataframe_split": invoke(url, rows),
+            "dataframe_records": post(url, json.dumps({"dataframe_records": [{"text": r} for r in rows]}).encode()),
+        } for name, (rows, _, _) in cases.items()}
+        answers["column"] = {"inputs": post(url, json.dumps({"inputs": {"text": [3]}}).encode()),
+                             "inputs scalar": post(url, json.dumps({"inputs": {"text": 3}}).encode())}
+        texts = {"inputs": post(url, json.dumps({"inputs": TEXTS}).encode()),
+                 "column": post(url, json.dumps({"inputs": {"text": TEXTS}}).encode()),
+                 "records": post(url, json.dumps({"inputs": [{"text": t} for t in TEXTS]}).encode()),
+                 "dataframe_split": invoke(url, TEXTS)}
+    for name, (rows, position, kind) in {**cases, "column": ([3], 0, "int")}.items():
+        assert_refused_in_one_line(answers[name])
+        for fmt, (status, answer) in answers[name].items():
+            assert f"inputs [{position}] are not strings (got {kind})" in answer["message"], (name, fmt, answer)
+    assert all(status == 200 for status, _ in texts.values()), texts  # strings still classify, alike
+    assert len({json.dumps(answer["predictions"]) for _, answer in texts.values()}) == 1

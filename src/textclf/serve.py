@@ -6,7 +6,9 @@ to one line that carries none of the request's text.
 
 MLflow's own refusals (a body that is not JSON, a request without the `text` column) quote the
 request back, over several lines, into answers, proxies and logs. The model's own refusals
-(empty text, a non-string value, a request over the limits) are one line already.
+(empty text, a non-string value, a request over the limits) are one line already. MLflow turns
+every value of the `inputs` (and `instances`) format into a string before the model sees it
+(3 becomes "3", null "None"): those requests are checked here, before MLflow reads them.
 """
 from __future__ import annotations
 
@@ -16,7 +18,8 @@ import logging
 import os
 import sys
 
-from textclf.inference.serving import REFUSED
+from textclf.inference.frames import check_strings
+from textclf.inference.serving import REFUSED, TEXT_COLUMN
 from textclf.common import UserError
 
 MODEL_ENV = "TEXTCLF_SERVE_MODEL"  # how each uvicorn worker learns the model URI
@@ -42,6 +45,39 @@ def one_line(answer: dict) -> dict:
     return {**kept, "message": f"{reason}: {FORMAT}."}
 
 
+def tensor_texts(body: object) -> list:
+    """The rows of an `inputs` / `instances` request as sent, before MLflow makes strings of
+    them: a list of values or of {"text": value} records, or {"text": value or [values]}.
+    Any other shape -> [] (MLflow refuses it: not the scoring format, or no `text` column)."""
+    if not isinstance(body, dict):
+        return []
+    value = body.get("inputs", body.get("instances"))
+    if isinstance(value, dict):
+        value = value.get(TEXT_COLUMN, [])
+        return value if isinstance(value, list) else [value]
+    if not isinstance(value, list):
+        return []
+    records = [v for v in value if isinstance(v, dict)]
+    if not records:
+        return value
+    if len(records) < len(value) or any(TEXT_COLUMN not in r for r in records):
+        return []
+    return [r[TEXT_COLUMN] for r in records]
+
+
+async def check_tensor_input(request) -> None:
+    """Refuse (UserError) an /invocations JSON body in the `inputs` format holding a value that is
+    not a string. A body that is not JSON in UTF-8 is left to MLflow, which refuses it."""
+    if request.url.path != "/invocations" or request.headers.get(
+            "content-type", "").split(";")[0].strip() != "application/json":
+        return
+    try:
+        body = json.loads(await request.body())  # Starlette hands the read body on to MLflow
+    except ValueError:
+        return
+    check_strings(tensor_texts(body))
+
+
 def build_app():
     """The scoring app for the model in $TEXTCLF_SERVE_MODEL (a uvicorn factory)."""
     import mlflow
@@ -54,10 +90,14 @@ def build_app():
     @app.middleware("http")
     async def refusals_in_one_line(request: Request, call_next):
         try:
+            await check_tensor_input(request)
             response = await call_next(request)
         except RecursionError:  # json.loads of a body nested thousands deep; the server is fine
             return Response(json.dumps({"error_code": "BAD_REQUEST", "message": DEEP}), 400,
                             media_type="application/json")
+        except UserError as err:  # the model's own refusal of a non-string in the other formats
+            return Response(json.dumps({"error_code": "INVALID_PARAMETER_VALUE", "error_class": REFUSED,
+                                        "message": str(err)}), 400, media_type="application/json")
         if not 400 <= response.status_code < 500:
             return response
         body = b"".join([chunk async for chunk in response.body_iterator])
@@ -81,10 +121,12 @@ def main(argv: list[str] | None = None) -> None:
     import uvicorn
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    from textclf.inference.model_uri import pyfunc_folder  # mlflow, not torch: the workers load that
+    from textclf.inference.model_uri import model_folder, pyfunc_folder  # mlflow, not torch: the workers load that
+    from textclf.model.checksums import verify_folder
 
     try:  # once, before the workers start: a bad model is one line, not a traceback per worker
         local = pyfunc_folder(args.model_uri)
+        verify_folder(model_folder(str(local)))  # a damaged file too (each worker checks again)
     except UserError as err:
         log.error("%s", err)
         sys.exit(1)

@@ -60,14 +60,19 @@ def label_set_frame(probs: np.ndarray, labels: list[str], thresholds: np.ndarray
 
 def check_texts(texts: list) -> None:
     """Refuse what no model can classify: a value that is not a string, an empty text."""
-    bad = [i for i, t in enumerate(texts) if not isinstance(t, str)]
-    if bad:
-        raise UserError(f"inputs {bad[:10]} are not strings (got "
-                        f"{type(texts[bad[0]]).__name__}); pass one text per row.")
+    check_strings(texts)
     empty = [i for i, t in enumerate(texts) if not t.strip()]
     if empty:
         raise UserError(f"inputs {empty[:10]} are empty or whitespace-only; there is nothing "
                         "to classify: send text, or drop those rows.")
+
+
+def check_strings(texts: list) -> None:
+    """Refuse a value that is not a string, naming its position and type."""
+    bad = [i for i, t in enumerate(texts) if not isinstance(t, str)]
+    if bad:
+        raise UserError(f"inputs {bad[:10]} are not strings (got "
+                        f"{type(texts[bad[0]]).__name__}); pass one text per row.")
 
 
 def sorted_batches(lengths: list[int], batch_size: int) -> list[list[int]]:
