@@ -44,6 +44,9 @@ def test_label_lists_become_canonical_label_sets_counted_per_label(tmp_path):
         '["politics"]', '["sport", "tech"]', '["politics", "sport"]']  # stripped, distinct, sorted; ints are labels
     assert report["per_class"] == {"sport": 5, "politics": 4, "tech": 4, "1": 1}  # documents per label
     assert report["skipped"] == {"missing_label": 2}  # [] and null: counted, not kept
+    assert report["label_fixes"] == {"blank_label": 1, "repeated_label": 1}  # kept, and counted
+    assert report["fixed_rows"] == [{"path": "t.jsonl:4", "fix": "repeated_label"},
+                                    {"path": "t.jsonl:8", "fix": "blank_label"}]
     out = tmp_path / "corpus.parquet"
     write_corpus(jsonl(tmp_path, LABELS), out, 1_000_000, 1, ND, MULTI)
     assert pq.read_schema(out).metadata[TASK_KEY] == b"multilabel"
@@ -83,6 +86,25 @@ def test_the_wrong_shape_stops_ingest_naming_the_param(tmp_path, how, columns, m
     with pytest.raises(UserError, match=message) as err:
         build_corpus(source, 1_000_000, 1, ND, columns)
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("scalar", [3, "sport"])
+def test_a_scalar_label_is_one_rule_number_or_string(tmp_path, scalar):
+    """Issue 39 item 10: `3` became class "3" where `"sport"` stopped ingest. A cell that is no
+    list is labels joined by ingest.label_delimiter, a number as a string; without one, both stop."""
+    rows = [["sport"], ["tech"], scalar]
+    with pytest.raises(UserError, match=rf"t.jsonl:3: the label is the (number 3|string 'sport'), but "
+                                        r"ingest.task: multilabel reads label lists.*a list of one"):
+        build_corpus(jsonl(tmp_path, rows), 1_000_000, 1, ND, MULTI)
+    corpus, report = build_corpus(jsonl(tmp_path, rows + ["sport|tech|"]), 1_000_000, 1, ND,
+                                  Columns(multilabel=True, label_delimiter="|"))
+    assert corpus["label"].tolist() == ['["sport"]', '["tech"]', json.dumps([str(scalar)]), '["sport", "tech"]']
+    assert report["label_fixes"] == {"blank_label": 1}  # the delimiter's trailing empty label
+
+
+def test_a_corpus_without_fixes_says_so(tmp_path):
+    _, report = build_corpus(jsonl(tmp_path, [["sport"], ["tech", "sport"]]), 1_000_000, 1, ND, MULTI)
+    assert report["label_fixes"] == {} and report["fixed_rows"] == []
 
 
 def test_a_delimiter_without_the_task_is_refused():

@@ -224,6 +224,8 @@ def _table_docs(files: list[Path], columns: Columns, max_bytes: int, report: Ing
         refs.add(row.ref)
         labels.add(row.label)
         ledger.add(*result)
+        if row.fixed:
+            report.fix(row.fixed, row.at, row.id)
     if not labels:  # not the class check's message: it would speak of class folders
         raise UserError(nothing_usable(report, files, columns))
     return labels

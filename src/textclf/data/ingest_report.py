@@ -32,6 +32,7 @@ class SkipReason(StrEnum):
     DUPLICATE = "duplicate"
     CONFLICTING_LABEL = "conflicting_label"
     NEAR_DUPLICATE_CONFLICT = "near_duplicate_conflict"
+    SMALL_CLASS = "small_class"  # ingest.small_classes: drop
 
 
 class AccountingError(RuntimeError):
@@ -57,6 +58,10 @@ class IngestReport:
     duplicates_not_byte_identical: int = 0
     conflicts: list[dict[str, Any]] = field(default_factory=list)
     near_duplicates: dict[str, Any] = field(default_factory=dict)
+    # multilabel: rows kept whose label set dropped a repeated or blank label (data.labelsets)
+    label_fixes: Counter[str] = field(default_factory=Counter)
+    fixed_rows: list[dict[str, str]] = field(default_factory=list)
+    dropped_classes: dict[str, int] | None = None  # ingest.small_classes: drop; None under fail
 
     @property
     def unit(self) -> str:
@@ -68,6 +73,11 @@ class IngestReport:
         self.skipped[reason] += 1
         self.skipped_files.append({"path": where, **({"id": row_id} if row_id else {}),
                                    "reason": str(reason)})
+
+    def fix(self, fixes: tuple[str, ...], where: str, row_id: str = "") -> None:
+        """A kept row whose label set dropped something: counted per fix and listed."""
+        self.label_fixes.update(fixes)
+        self.fixed_rows.append({"path": where, **({"id": row_id} if row_id else {}), "fix": ", ".join(fixes)})
 
     def drop(self, reason: SkipReason, count: int) -> None:
         """`count` documents read and then dropped by a corpus rule (duplicates, conflicts),
@@ -102,4 +112,13 @@ class IngestReport:
         tail: dict[str, Any] = {}
         if self.tables is not None:
             tail = {"rows_seen": self.seen, "tables": self.tables, "columns": self.columns}
-        return {**head, **body, **tail, "near_duplicates": self.near_duplicates}
+        return {**head, **body, **tail, **self._optional(), "near_duplicates": self.near_duplicates}
+
+    def _optional(self) -> dict[str, Any]:
+        """Keys only some reports hold, so that the others (the demo's) stay as they were."""
+        out: dict[str, Any] = {}
+        if (self.columns or {}).get("multilabel"):
+            out |= {"label_fixes": dict(sorted(self.label_fixes.items())), "fixed_rows": self.fixed_rows}
+        if self.dropped_classes is not None:
+            out["dropped_classes"] = self.dropped_classes
+        return out

@@ -5,8 +5,8 @@ they treat a class (two copies with other label sets are a conflict, as two clas
 
 The shape is never guessed: a JSON list (JSONL) or a list column (Parquet), or a string cut
 at `ingest.label_delimiter` (CSV/TSV, or any format that sets it). A list under
-`task: single_label`, or a string under `multilabel` with no delimiter, stops ingest naming
-the param. The corpus says which task made it (TASK_KEY in its Parquet metadata), and so does
+`task: single_label`, or a scalar (string or number) under `multilabel` with no delimiter,
+stops ingest naming the param. The corpus says which task made it (TASK_KEY in its Parquet metadata), and so does
 the token store tokenize derives from it: the stages after ingest go by that, never by the
 shape of a label.
 """
@@ -56,28 +56,38 @@ def per_label(per_set: Counter) -> Counter:
     return out
 
 
-def label_set(value, at: str, delimiter: str) -> list[str] | None:
-    """A multi-label cell -> its labels (stripped, empty ones dropped: [] holds no label), or
-    None where an item is not a label (neither a string nor an integer)."""
-    if isinstance(value, str):
-        if not delimiter:
-            raise UserError(f"{at}: the label is the string {value[:60]!r}, but ingest.task: multilabel reads "
-                            "label lists: a JSON list in JSON Lines, a list column in Parquet, or set "
-                            "ingest.label_delimiter (e.g. '|') for labels joined in one string (CSV/TSV).")
-        items = value.split(delimiter)
-    elif isinstance(value, (list, tuple)):
+# what a label cell can hold that its label set drops, counted in ingest_report.json's
+# `label_fixes` (the row is kept: the set is what the cell means)
+REPEATED_LABEL, BLANK_LABEL = "repeated_label", "blank_label"
+
+
+def label_set(value, at: str, delimiter: str) -> tuple[list[str] | None, tuple[str, ...]]:
+    """A multi-label cell -> (its labels, stripped and distinct, or None where an item is not
+    a label: neither a string nor an integer; what was dropped: REPEATED_LABEL, BLANK_LABEL).
+    A list holds labels; any other cell, a string or a number alike, is labels joined by
+    `delimiter` (an integer is one label), and without one it stops ingest: `3` as class "3"
+    beside `"sport"` refused would be two rules for one shape."""
+    if isinstance(value, (list, tuple)):
         items = list(value)
+    elif not delimiter and isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        shown = f"string {value[:60]!r}" if isinstance(value, str) else f"number {value}"
+        raise UserError(f"{at}: the label is the {shown}, but ingest.task: multilabel reads "
+                        "label lists: a JSON list in JSON Lines, a list column in Parquet, or set "
+                        "ingest.label_delimiter (e.g. '|') for labels joined in one string (CSV/TSV). "
+                        "A document with one label is a list of one ([\"sport\"]).")
     else:
-        items = [value]
-    labels = []
+        items = value.split(delimiter) if isinstance(value, str) else [value]
+    labels: list[str] = []
     for item in items:
         if isinstance(item, int) and not isinstance(item, bool):
             item = str(item)
         if not isinstance(item, str):
-            return None
+            return None, ()
         if item.strip():
             labels.append(item.strip())
-    return labels
+    repeated = len(set(labels)) < len(labels)
+    blank = bool(labels) and len(labels) < len(items)  # all blank: a missing_label row
+    return list(dict.fromkeys(labels)), (REPEATED_LABEL,) * repeated + (BLANK_LABEL,) * blank
 
 
 def refuse_single_label_list(value, at: str) -> None:

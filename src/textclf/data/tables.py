@@ -55,6 +55,7 @@ class Row:
     text: str = ""
     problem: SkipReason | None = None
     id: str = ""  # the id column's value
+    fixed: tuple[str, ...] = ()  # multilabel: what the label set dropped (data.labelsets)
 
     @property
     def ref(self) -> str:
@@ -136,24 +137,24 @@ def _value(value, kind: str) -> tuple[str, SkipReason | None]:
     return "", SkipReason.NON_STRING
 
 
-def _label(at: str, value, columns: Columns) -> tuple[str, SkipReason | None]:
-    """A label cell -> (class, or canonical label set; problem)."""
+def _label(at: str, value, columns: Columns) -> tuple[str, SkipReason | None, tuple[str, ...]]:
+    """A label cell -> (class, or canonical label set; problem; what the set dropped)."""
     if not columns.multilabel:
         refuse_single_label_list(value, at)
-        return _value(value, "label")
+        return *_value(value, "label"), ()
     if value is None:
-        return "", SkipReason.MISSING_LABEL
-    labels = label_set(value, at, columns.label_delimiter)
+        return "", SkipReason.MISSING_LABEL, ()
+    labels, fixed = label_set(value, at, columns.label_delimiter)
     if labels is None:
-        return "", SkipReason.NON_STRING
-    return (canonical(labels), None) if labels else ("", SkipReason.MISSING_LABEL)
+        return "", SkipReason.NON_STRING, ()
+    return (canonical(labels), None, fixed) if labels else ("", SkipReason.MISSING_LABEL, ())
 
 
 def _row(at: str, record: dict, columns: Columns) -> Row:
     text, problem = _value(record.get(columns.text), "text")
-    label, label_problem = _label(at, record.get(columns.label), columns)
+    label, label_problem, fixed = _label(at, record.get(columns.label), columns)
     ident = _value(record.get(columns.id), "label")[0] if columns.id else ""
-    return Row(at, label, text, problem or label_problem, ident)
+    return Row(at, label, text, problem or label_problem, ident, fixed)
 
 
 def _wanted(columns: Columns) -> list[str]:
