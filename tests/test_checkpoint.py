@@ -7,6 +7,7 @@ import os
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from accelerate import Accelerator
@@ -15,6 +16,7 @@ from torch import nn
 from textclf.common import read_json
 from textclf.common import write_json
 from textclf.train.checkpoint import MANIFEST, STATE, TENSORS, Checkpointer, Progress, damage, manifest
+from textclf.train import loop
 from textclf.train.loop import EpochSelector
 
 KEY = "k1"
@@ -174,3 +176,69 @@ def test_two_ranks_save_the_mean_of_their_losses(tmp_path):
     from conftest import free_port  # here, not at the top: each rank imports this module
     torch.multiprocessing.spawn(save_on_rank, (str(tmp_path / "ckpt"), free_port()), nprocs=2)
     assert read_json(tmp_path / "ckpt" / "epoch-0-step-1" / STATE)["loss_sum"] == 2.0
+
+
+class Killed(Exception):
+    """Stands for a kill right after a mid-epoch checkpoint."""
+
+
+class Bag(nn.Module):
+    """The smallest model the loop accepts: (input_ids, attention_mask) -> (B, C) logits."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb, self.out = nn.EmbeddingBag(50, 8), nn.Linear(8, 3)
+
+    def forward(self, input_ids, attention_mask):
+        return self.out(self.emb(input_ids * attention_mask))
+
+
+class KilledAfter(Checkpointer):
+    def __init__(self, folder: Path, at: tuple[int, int]):
+        super().__init__(folder, KEY, every=3)
+        self.at = at  # (epoch, step)
+
+    def after_step(self, accelerator, epoch, step, loss_sum):
+        super().after_step(accelerator, epoch, step, loss_sum)
+        if (epoch, step) == self.at:
+            raise Killed
+
+
+def test_a_resumed_epochs_progress_bar_counts_each_step_once(tmp_path, monkeypatch):
+    """The bar of an epoch resumed at step 3 of 10 starts at 3 and ends at 10/10: it counted
+    the skipped batches again (3 + 10 = 13 of 10), its rate and ETA with them."""
+    from tqdm.auto import tqdm
+
+    from textclf.config import TrainParams
+    from textclf.model.batching import Split
+
+    bars = []  # (desc, initial, n, total, the bar's last text) of every bar, at its close
+
+    class Recorded(tqdm):
+        def close(self):
+            if not self.disable and not getattr(self, "recorded", False):
+                self.recorded = True
+                bars.append((self.desc, self.initial, self.n, self.total, str(self)))
+            super().close()
+
+    monkeypatch.setattr(loop, "tqdm", Recorded)
+    rng = np.random.default_rng(0)
+    ids = [rng.integers(1, 50, size=rng.integers(3, 12)).tolist() for _ in range(50)]
+    labels = rng.integers(0, 3, size=50).tolist()
+    train, val = Split(ids[:40], labels[:40]), Split(ids[40:], labels[40:])  # 10 steps an epoch
+    cfg = TrainParams(epochs=2, batch_size=4, warmup_ratio=0.0)
+
+    def run(ckpt: Checkpointer) -> None:
+        torch.manual_seed(0)
+        model = Bag()
+        loop.fit(model, torch.optim.SGD(model.parameters(), lr=0.1), train, val, cfg, 0,
+                 loop.make_accelerator(), lambda row, probs: None, checkpointer=ckpt)
+
+    with pytest.raises(Killed):
+        run(KilledAfter(tmp_path / "ckpt", at=(1, 3)))
+    bars.clear()
+    resumed = Checkpointer(tmp_path / "ckpt", KEY, every=3)
+    assert resumed.find().step == 3
+    run(resumed)
+    assert [b[:4] for b in bars] == [("epoch 1/2", 3, 10, 10), ("epoch 2/2", 0, 10, 10)]
+    assert " 10/10 " in bars[0][4] and "100%" in bars[0][4]

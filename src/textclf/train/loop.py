@@ -109,14 +109,17 @@ def train_steps(model: nn.Module, optimizer: torch.optim.Optimizer, scheduler, l
     loss_fn = nn.CrossEntropyLoss(weight=weight, reduction="sum", ignore_index=PAD_LABEL)
     loss_sum = torch.full((), loss_start, device=accelerator.device)
     rng = torch.get_rng_state()  # as the checkpoint left it, when resuming
-    bar = tqdm(loader, desc=desc, total=min(max_steps or len(loader), len(loader)),
+    batches = iter(loader)
+    for skipped in range(first_step):  # resumed: the batches trained on before the checkpoint
+        next(batches)
+        if skipped == 0:  # fetching the first batch drew from the CPU RNG, as the uninterrupted
+            torch.set_rng_state(rng)  # run did before its checkpoint: same dropout masks
+    # the bar starts at the resumed step and counts the batches trained on, not those skipped
+    # (counted twice, they ran past the epoch's total), its rate and ETA theirs alone
+    bar = tqdm(batches, desc=desc, total=min(max_steps or len(loader), len(loader)),
                initial=first_step, disable=not accelerator.is_local_main_process)
     step = first_step
-    for step, batch in enumerate(bar, 1):
-        if step <= first_step:
-            if step == 1:  # fetching the first batch drew from the CPU RNG, as the uninterrupted
-                torch.set_rng_state(rng)  # run did before its checkpoint: same dropout masks
-            continue
+    for step, batch in enumerate(bar, first_step + 1):
         batch = {k: v.to(accelerator.device, non_blocking=True) for k, v in batch.items()}
         with accelerator.autocast():
             logits = model(batch["input_ids"], batch["attention_mask"])  # (B, C)
