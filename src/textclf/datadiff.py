@@ -1,13 +1,16 @@
-"""Which documents changed between the data of two git revisions: added, removed, relabelled,
-edited, and those that changed split, read from the DVC cache (no checkout, no rerun).
+"""Which documents changed between the data of two git revisions: added, removed (and why,
+where ingest dropped a document whose file is still there), relabelled, edited, and those
+that changed split, read from the DVC cache (no checkout, no rerun).
 
     python -m textclf.datadiff v1 v2                 # two tags, commits or branches
     python -m textclf.datadiff v1 HEAD --json diff.json
     python -m textclf.datadiff v1 workspace          # against the files in the work tree
 
 Each revision's split table (data/processed/splits.parquet, what `dvc repro` wrote and
-dvc.lock records at that commit) is read with dvc.api; `dvc pull` first where the cache
-lacks it. Prints the counts per kind and per class and a few example paths.
+dvc.lock records at that commit) is read with DVC; `dvc pull` first where the cache lacks
+it. A revision whose dvc.lock was written for other data or params than it holds (tagged
+before `dvc repro`) is refused: its split table would be an older version's. Prints the
+counts per kind and per class and a few example paths.
 """
 from __future__ import annotations
 
@@ -17,35 +20,140 @@ import json
 import logging
 import sys
 from pathlib import Path
+from typing import Any, Callable
 
 import pandas as pd
 
-from textclf.data.versions import KINDS, diff, summary
+from textclf.data.versions import KINDS, diff, dropped_at_ingest, summary
 from textclf.common import UserError, run_stage
 
 SPLITS = "data/processed/splits.parquet"
+INGEST_REPORT = "data/interim/ingest_report.json"
+LOCK = "dvc.lock"
 WORKSPACE = "workspace"
 
+Read = Callable[[str], "bytes | None"]  # a path in the project -> its bytes at one revision, or None
 
-def read_version(rev: str, path: str, repo: str) -> pd.DataFrame:
-    """The split table at `rev` (or the work tree's for `workspace`)."""
+
+def reader(rev: str, repo: str) -> Read:
+    """The project's files (git- and DVC-tracked) at `rev`, or in the work tree for `workspace`."""
     if rev == WORKSPACE:
-        file = Path(repo) / path
-        if not file.is_file():
-            raise UserError(f"{file} not found; run `dvc repro split` first.")
-        return pd.read_parquet(file)
-    import dvc.api  # here: `--help` stays fast
-    from dvc.exceptions import DvcException
+        def local(path: str) -> bytes | None:
+            file = Path(repo) / path
+            return file.read_bytes() if file.is_file() else None
+        return local
+    from dvc.api import DVCFileSystem  # here: `--help` stays fast
+
+    fs = DVCFileSystem(repo, rev=rev)
+
+    def at_rev(path: str) -> bytes | None:
+        try:
+            return fs.read_bytes(path)
+        except FileNotFoundError:
+            return None
+    return at_rev
+
+
+def _yaml(text: bytes | None, path: str) -> dict:
+    """A YAML file parsed as DVC parses it (`1e-06` is a number), {} where it is absent."""
+    from dvc.utils.serialize import parse_yaml
+
+    return (parse_yaml(text.decode("utf-8"), path) or {}) if text else {}
+
+
+def _leaves(prefix: str, value: Any) -> dict[str, Any]:
+    """{'a': {'b': 1}} under 'p' -> {'p.a.b': 1}: where two params differ, by name."""
+    if not isinstance(value, dict):
+        return {prefix: value}
+    return {k: v for key, sub in value.items() for k, v in _leaves(f"{prefix}.{key}", sub).items()}
+
+
+def _lookup(params: Any, key: str) -> Any:
+    """A dotted key (`train.epochs`) of a params file, None where it is absent."""
+    for part in key.split("."):
+        params = params.get(part) if isinstance(params, dict) else None
+    return params
+
+
+def upstream(stages: dict, path: str) -> list[str]:
+    """The stages of a dvc.lock that `path` comes from: the one that wrote it and those before."""
+    writers = {out["path"]: name for name, stage in stages.items() for out in stage.get("outs", [])}
+    todo, found = [writers.get(path)], []
+    while todo:
+        name = todo.pop()
+        if name is not None and name not in found:
+            found.append(name)
+            todo += [writers.get(dep["path"]) for dep in stages[name].get("deps", [])]
+    return found
+
+
+def mismatch(name: str, stages: dict, read: Read) -> str | None:
+    """How stage `name`'s record in dvc.lock disagrees with the revision's files: a `.dvc`
+    file's hash, another stage's recorded output, or a params value; None where it agrees."""
+    outs = {out["path"]: (other, out) for other, s in stages.items() for out in s.get("outs", [])}
+    for dep in stages[name].get("deps", []):
+        path, locked = dep["path"], dep.get("md5")
+        if path in outs and outs[path][1].get("md5") != locked:
+            return f"{name} read {path} md5 {locked}, {outs[path][0]} wrote {outs[path][1].get('md5')}"
+        tracked = (_yaml(read(f"{path}.dvc"), f"{path}.dvc").get("outs") or [None])[0]
+        if tracked and tracked.get("hash") == dep.get("hash") and tracked.get("md5") != locked:
+            return f"{path}.dvc md5 {tracked.get('md5')} vs dvc.lock's {locked} for {name}"
+    for file, values in (stages[name].get("params") or {}).items():
+        current = _yaml(read(file), file)
+        for key, value in values.items():
+            now, was = _leaves(key, _lookup(current, key)), _leaves(key, value)
+            differ = sorted(k for k in now.keys() | was.keys() if now.get(k) != was.get(k))
+            if differ:
+                return f"{file}'s {differ[0]} is {now.get(differ[0])!r}, {name} ran with {was.get(differ[0])!r}"
+    return None
+
+
+def check_lock(rev: str, read: Read, path: str) -> None:
+    """UserError when the revision's dvc.lock was written for other data or params than the
+    revision holds (committed or tagged before `dvc repro`): its `path` is an older version's,
+    and the diff would say "no changes" where there are some."""
+    stages = _yaml(read(LOCK), LOCK).get("stages", {})
+    for name in upstream(stages, path):
+        found = mismatch(name, stages, read)
+        if found and rev == WORKSPACE:
+            raise UserError(f"the work tree's dvc.lock was written for other data ({found}): run "
+                            "`dvc repro` before comparing the work tree.")
+        if found:
+            raise UserError(f"{rev}'s dvc.lock was written for other data ({found}): check out {rev}, "
+                            f"run `dvc repro`, commit dvc.lock with the data and move {rev} to that "
+                            f"commit (`git tag -f {rev}` for a tag).")
+
+
+def read_version(rev: str, path: str, repo: str, report: str = INGEST_REPORT) -> tuple[pd.DataFrame, dict]:
+    """(the split table at `rev`, checked against its dvc.lock; the ingest report there, {}
+    where the revision has none)."""
+    from dvc.exceptions import DvcException  # here: `--help` stays fast
     from scmrepo.exceptions import SCMError
 
     try:
-        with dvc.api.open(path, repo=repo, rev=rev, mode="rb") as fh:
-            return pd.read_parquet(io.BytesIO(fh.read()))
-    except (DvcException, SCMError, FileNotFoundError) as err:
+        read = reader(rev, repo)
+        check_lock(rev, read, path)
+        data = read(path)
+        ingest = json.loads(read(report) or b"{}")
+    except (DvcException, SCMError) as err:
         first = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise UserError(f"{path} at revision {rev!r} could not be read ({first}); check the "
                         "revision (git tag, commit, branch), and `dvc pull` if its data is on a "
                         "remote.") from None
+    if data is None:
+        raise UserError(f"{path} not found at {'the work tree' if rev == WORKSPACE else repr(rev)}; "
+                        "run `dvc repro` (and commit dvc.lock) first.")
+    return pd.read_parquet(io.BytesIO(data)), ingest
+
+
+def _example(e: dict) -> str:
+    """One example path, with its labels (relabelled) or why ingest dropped it (removed)."""
+    if "label" in e:
+        return f"{e['path']} ({e['old_label']} -> {e['label']})"
+    if "dropped" in e:
+        with_ = f" with {', '.join(e['dropped']['with'])}" if e["dropped"].get("with") else ""
+        return f"{e['path']} (dropped at ingest: {e['dropped']['reason']}{with_})"
+    return e["path"]
 
 
 def render(found: dict, old: str, new: str) -> str:
@@ -55,9 +163,12 @@ def render(found: dict, old: str, new: str) -> str:
         part = found[kind]
         if part["count"]:
             per_class = ", ".join(f"{c} {n}" for c, n in part["per_class"].items())
-            names = ", ".join(e["path"] + (f" ({e['old_label']} -> {e['label']})" if "label" in e else "")
-                              for e in part["examples"])
+            names = ", ".join(_example(e) for e in part["examples"])
             lines.append(f"  {kind}: {per_class}; e.g. {names}")
+    dropped = found["removed"].get("dropped_at_ingest")
+    if dropped:
+        reasons = ", ".join(f"{r} {n}" for r, n in dropped["per_reason"].items())
+        lines.append(f"  removed but still in the source, dropped at ingest: {dropped['count']} ({reasons})")
     for route, n in (found["split_moves"] or {}).get("by_route", {}).items():
         lines.append(f"  changed split {route}: {n}")
     return "\n".join(lines) + "\n"
@@ -69,13 +180,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("old", help="git revision of the older data (or `workspace`)")
     parser.add_argument("new", help="git revision of the newer data (or `workspace`)")
     parser.add_argument("--path", default=SPLITS, help=f"the split table (default {SPLITS})")
+    parser.add_argument("--ingest-report", default=INGEST_REPORT,
+                        help=f"the newer revision's ingest report, which says why a document was "
+                             f"dropped (default {INGEST_REPORT})")
     parser.add_argument("--repo", default=".", help="the project (default: here)")
     parser.add_argument("--examples", type=int, default=3, help="paths named per kind")
     parser.add_argument("--json", help="also write the whole diff to this JSON file")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(name)s %(levelname)s %(message)s")
-    found = diff(read_version(args.old, args.path, args.repo), read_version(args.new, args.path, args.repo),
-                 args.examples)
+    old = read_version(args.old, args.path, args.repo, args.ingest_report)[0]
+    new, ingest = read_version(args.new, args.path, args.repo, args.ingest_report)
+    found = diff(old, new, args.examples, dropped_at_ingest(ingest))
     if args.json:
         Path(args.json).write_text(json.dumps(found, indent=2) + "\n", encoding="utf-8")
     sys.stdout.write(render(found, args.old, args.new))

@@ -4,7 +4,9 @@ changed split. A version is a split table (doc_id, label, content_hash, split[, 
 what the split stage writes, and what a registered model's run carries.
 
 Texts are matched by content hash (ingest's normalised text), so a relabelled file, whose
-folder-based id changes with its class folder, is still the same document.
+folder-based id changes with its class folder, is still the same document. A removed document
+whose file is still in the source was dropped at ingest: the newer version's ingest report
+says why (its reason, and with which documents), and the diff names it.
 """
 from __future__ import annotations
 
@@ -59,12 +61,47 @@ def _moves(old: pd.DataFrame, new: pd.DataFrame) -> dict:
             "by_route": {f"{a}->{b}": int(n) for (a, b), n in zip(routes.index, routes.tolist())}}
 
 
-def diff(old: pd.DataFrame, new: pd.DataFrame, examples: int = EXAMPLES) -> dict:
+def dropped_at_ingest(ingest: dict) -> dict:
+    """What an ingest report (ingest_report.json) says it read and dropped -> {"paths": {path:
+    {"reason", "with": the other documents involved}}, "classes": {class: "small_class"}}: a
+    skipped file or row (a table row by its id, as its path is), both copies of a text under
+    two labels, a near-duplicate group under two labels (conflicts: drop), a small class's
+    documents (small_classes: drop). {} for no report."""
+    if not ingest:
+        return {}
+    paths: dict[str, dict] = {}
+    for entry in ingest.get("skipped_files", []):
+        paths[entry.get("id") or entry["path"]] = {"reason": entry["reason"]}
+    groups = [("conflicting_label", c["paths"]) for c in ingest.get("conflicts", [])]
+    groups += [("near_duplicate_conflict", g["paths"])
+               for g in (ingest.get("near_duplicates") or {}).get("mixed_label_groups", [])
+               if g.get("action") == "dropped"]
+    for reason, members in groups:
+        for path in members:
+            paths[path] = {"reason": reason, "with": [p for p in members if p != path][:EXAMPLES]}
+    return {"paths": paths, "classes": {c: "small_class" for c in ingest.get("dropped_classes") or {}}}
+
+
+def _why_removed(table: pd.DataFrame, dropped: dict) -> pd.Series:
+    """Per removed document, why ingest dropped it ({"reason", "with"}), or None: its path
+    among the dropped, else its class among those dropped whole."""
+    paths, classes = dropped.get("paths", {}), dropped.get("classes", {})
+    return pd.Series([paths.get(path) or ({"reason": classes[label]} if label in classes else None)
+                      for path, label in zip(table["path"], table["old_label"])], index=table.index, dtype=object)
+
+
+def diff(old: pd.DataFrame, new: pd.DataFrame, examples: int = EXAMPLES, dropped: dict | None = None) -> dict:
     """The document-level diff of two split tables -> counts per kind and per class (a
     relabelled document counts under its new class, a removed one under its old), a few
-    examples of each kind, and the documents that changed split."""
+    examples of each kind, and the documents that changed split. With `dropped` (from
+    dropped_at_ingest of the newer version's ingest report), a removed document whose file
+    ingest read and dropped says so: `removed.dropped_at_ingest`, and its example's `dropped`."""
     old, new = _check(old, "old"), _check(new, "new")
-    table = _kind_table(old, new)
+    table = _kind_table(old, new).reset_index(drop=True)
+    table["dropped"] = None
+    if dropped is not None:
+        gone = table["kind"] == "removed"
+        table.loc[gone, "dropped"] = _why_removed(table[gone], dropped)
     out: dict = {"old_documents": len(old), "new_documents": len(new),
                  "unchanged": int((table["kind"] == "same").sum())}
     for kind in KINDS:
@@ -73,11 +110,24 @@ def diff(old: pd.DataFrame, new: pd.DataFrame, examples: int = EXAMPLES) -> dict
         sample = rows.sort_values("path").head(examples)
         per_class = label.value_counts().sort_index()
         out[kind] = {"count": len(rows), "per_class": {str(k): int(n) for k, n in per_class.items()},
-                     "examples": [{"path": r.path, "label": r.label, "old_label": r.old_label}
-                                  if kind == "relabelled" else {"path": r.path}
-                                  for r in sample.itertuples()]}
+                     "examples": [_example(kind, r) for r in sample.itertuples()]}
+    if dropped is not None:
+        out["removed"]["dropped_at_ingest"] = _dropped_summary(table[table["dropped"].notna()], examples)
     out["split_moves"] = _moves(old, new)
     return out
+
+
+def _example(kind: str, row) -> dict:
+    if kind == "relabelled":
+        return {"path": row.path, "label": row.label, "old_label": row.old_label}
+    return {"path": row.path, **({"dropped": row.dropped} if row.dropped else {})}
+
+
+def _dropped_summary(rows: pd.DataFrame, examples: int) -> dict:
+    """The removed documents ingest read and dropped: counted per reason, a few named."""
+    reasons = pd.Series([d["reason"] for d in rows["dropped"]], dtype=object).value_counts().sort_index()
+    return {"count": len(rows), "per_reason": {str(k): int(n) for k, n in reasons.items()},
+            "examples": [{"path": r.path, **r.dropped} for r in rows.sort_values("path").head(examples).itertuples()]}
 
 
 def summary(found: dict) -> str:
