@@ -9,6 +9,7 @@ from before a key existed, get what they had.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -286,6 +287,18 @@ def parse_section(section: str, raw: dict | None) -> Any:
     return parse(SECTIONS[section], section, raw)
 
 
+@contextlib.contextmanager
+def params_file(path: str | Path):
+    """Refusals of params read from `path` name it: sections word theirs for params.yaml (they
+    are built in code too), which misleads when --params or a model folder's params.json was read."""
+    try:
+        yield
+    except UserError as err:
+        if Path(path) == Path("params.yaml") or "params.yaml" not in str(err):
+            raise
+        raise UserError(str(err).replace("params.yaml", str(path))) from err
+
+
 def load_params(path: str | Path) -> Params:
     """Validate the whole params file; a missing section or key takes its shipped default."""
     path = Path(path)
@@ -294,10 +307,11 @@ def load_params(path: str | Path) -> Params:
     raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     if not isinstance(raw, dict):
         raise UserError(f"{path} must be a mapping of sections, got {type(raw).__name__}.")
-    for section in raw:
-        if section not in SECTIONS:
-            raise UserError(f"params.yaml: unknown section {section!r}." + hint(section, SECTIONS))
-    return Params(**{name: parse_section(name, raw.get(name)) for name in SECTIONS})
+    with params_file(path):
+        for section in raw:
+            if section not in SECTIONS:
+                raise UserError(f"params.yaml: unknown section {section!r}." + hint(section, SECTIONS))
+        return Params(**{name: parse_section(name, raw.get(name)) for name in SECTIONS})
 
 
 def changed_since(path: str | Path, params: Params, sections: tuple[str, ...]) -> list[str]:
