@@ -14,7 +14,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, AutoTokenizer
 
-from textclf.config import ModelParams, TokenizeParams, parse_section
+from textclf.config import ModelParams, TokenizeParams, params_file, parse_section
 from textclf.model.checksums import verify_folder, write_checksums
 from textclf.model.heads import PooledClassifier, SequenceClassifier, TextCNNClassifier
 from textclf.common import UserError, read_json, write_json
@@ -117,7 +117,8 @@ def folder_params(folder: str | Path) -> tuple[TokenizeParams, ModelParams]:
     that predicting windows and pools as training did; a key an older folder lacks takes its
     default (tokenize.stride, model.chunk_pooling: only chunks reads them)."""
     saved = read_json(Path(folder) / "params.json")
-    return parse_section("tokenize", saved["tokenize"]), parse_section("model", saved["model"])
+    with params_file(Path(folder) / "params.json"):
+        return parse_section("tokenize", saved["tokenize"]), parse_section("model", saved["model"])
 
 
 def load_classifier(folder: str | Path) -> tuple[nn.Module, list[str]]:
@@ -126,7 +127,8 @@ def load_classifier(folder: str | Path) -> tuple[nn.Module, list[str]]:
     evaluate)."""
     folder = Path(folder)
     verify_folder(folder)
-    cfg = parse_section("model", read_json(folder / "params.json")["model"])
+    with params_file(folder / "params.json"):
+        cfg = parse_section("model", read_json(folder / "params.json")["model"])
     if cfg.head == "sequence_classification":
         model = SequenceClassifier(AutoModelForSequenceClassification.from_pretrained(
             folder, use_safetensors=True), cfg.dropout)
