@@ -18,10 +18,10 @@ from pathlib import Path
 from mlflow.tracking import MlflowClient
 
 from textclf.common import UserError, run_stage, setup_logging
-from textclf.config import load_params
+from textclf.config import load_params, params_file
 from textclf.sweep.space import parse_space
-from textclf.sweep.study import forget_dead, open_study, run_batch, single_worker_lock, storage_url
-from textclf.sweep.summary import write
+from textclf.sweep.study import finish, left_running, open_study, run_batch, single_worker_lock, storage_url
+from textclf.sweep.summary import headline, write
 from textclf.sweep.trials import parent_run
 from textclf.tracking.runs import project_root, tracking_uri, use_experiment
 
@@ -52,28 +52,28 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", default="reports/sweep.json", help="the summary (and .md beside it)")
     args = parser.parse_args(argv)
     setup_logging()
-    params = load_params(args.params)
-    cfg, dims = params.sweep, parse_space(params)  # every refusal before any training
+    with params_file(args.params):  # the space's refusals name the file read
+        params = load_params(args.params)
+        cfg, dims = params.sweep, parse_space(params)  # every refusal before any training
     fixed = fixed_params(args.overrides, dims)
     root = project_root()
     url = storage_url(cfg, root)
     held = single_worker_lock(url, cfg.study, root)  # held until the process ends
     study = open_study(cfg, dims, fixed, url, args.join)
-    forget_dead(study)
+    left, states = left_running(study)
     exp_id = use_experiment(tracking_uri())
     client = MlflowClient(tracking_uri())
     parent_id = parent_run(client, exp_id, cfg.study)
     log.info("sweep %s: %d trials, %d at a time, %s (%s); MLflow parent run %s", cfg.study, cfg.n_trials,
              cfg.parallel, cfg.objective, url.split("@")[-1], parent_id)
+    finish(study, cfg, left, client, exp_id, parent_id, states)  # a dead sweep's trials DVC still has
     while run_batch(study, cfg, dims, fixed, client, exp_id, parent_id):
         write(study, cfg.objective, Path(args.out), client, parent_id)
     found = write(study, cfg.objective, Path(args.out), client, parent_id)
     client.set_terminated(parent_id)
     if held:
         held.close()
-    best = found["best"]
-    log.info("%d trials complete, %d failed; best: %s", found["complete"], found["failed"],
-             f"{best['experiment']} {cfg.objective}={best['value']:.4f} {best['params']}" if best else "none")
+    (log.warning if found["learned"] is False else log.info)("%s", headline(found))
 
 
 if __name__ == "__main__":

@@ -15,8 +15,8 @@ from optuna.trial import TrialState
 from textclf.common import UserError
 from textclf.config import SweepParams
 from textclf.sweep.space import Dim
-from textclf.sweep.trials import adopt, judge
-from textclf.tracking.dvc_exps import dvc, queue, run_queued
+from textclf.sweep.trials import adopt, judge_all, restored_child
+from textclf.tracking.dvc_exps import dvc, queue, queue_states, run_queued
 
 log = logging.getLogger(__name__)
 SETTINGS = "textclf_sweep"  # the study's user attribute: the search it is
@@ -84,16 +84,34 @@ def counted(study: optuna.Study) -> list:
             or (t.state == TrialState.FAIL and "reason" in t.user_attrs)]
 
 
-def forget_dead(study: optuna.Study) -> None:
-    """Trials this machine ran whose sweep died (a SIGKILL, a lost session): not counted, so
-    the same command resumes with what finished kept and runs the rest again."""
-    host = socket.gethostname()
-    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        pid = t.user_attrs.get("pid")
-        if t.user_attrs.get("host") == host and pid and not Path(f"/proc/{pid}").exists():
+def left_running(study: optuna.Study, status: str | None = None) -> tuple[list, dict[str, str]]:
+    """Trials this machine ran whose sweep died (a SIGKILL, a lost session), against `dvc queue
+    status` (asked when there are any) -> (those DVC's queue still has queued, running or finished: taken over, to be
+    waited for and scored; {experiment: state} of them). The others (Failed, or no longer in
+    the queue) are not counted, so the same command runs them again. The queue's workers
+    outlive the sweep: a trial is dead only when DVC says so."""
+    host, live = socket.gethostname(), []
+    dead = [t for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+            if t.user_attrs.get("host") == host and t.user_attrs.get("pid")
+            and not Path(f"/proc/{t.user_attrs['pid']}").exists()]
+    if not dead:
+        return [], {}
+    states = queue_states(status or dvc("queue", "status"), [t.user_attrs.get("experiment", "") for t in dead])
+    for t in dead:
+        name = t.user_attrs.get("experiment")
+        state = states.get(name, "gone")
+        if state in ("Queued", "Running", "Success"):
+            trial = optuna.trial.Trial(study, t._trial_id)  # Optuna's handle on a trial by its id
+            trial.set_user_attr("pid", os.getpid())  # this sweep's now
+            live.append(trial)
+            log.warning("trial %d (%s) was left by a sweep that died; DVC's queue has it %s: %s",
+                        t.number, name, state, "scoring it" if state == "Success" else "waiting for it")
+        else:
             study.tell(t.number, state=TrialState.FAIL, skip_if_finished=True)  # no reason: not counted
-            log.warning("trial %d (%s) was left running by a sweep that died: run again",
-                        t.number, t.user_attrs.get("experiment"))
+            log.warning("trial %d (%s) was left running by a sweep that died, and DVC's queue has it %s: "
+                        "run again", t.number, name, "Failed" if state == "Failed" else f"{state} (not running)")
+    taken = {t.user_attrs["experiment"] for t in live}
+    return live, {n: s for n, s in states.items() if n in taken}
 
 
 def ask(study: optuna.Study, cfg: SweepParams, dims: list[Dim]):
@@ -121,35 +139,52 @@ def run_batch(study: optuna.Study, cfg: SweepParams, dims: list[Dim], fixed: lis
         name = trial.user_attrs["experiment"]
         queue(name, [d.override(trial.params[d.name]) for d in dims] + fixed)
         batch.append(trial)
+    finish(study, cfg, batch, client, exp_id, parent_id)
+    return len(batch)
+
+
+def finish(study: optuna.Study, cfg: SweepParams, batch: list, client, exp_id: str, parent_id: str,
+           states: dict[str, str] | None = None) -> None:
+    """Wait for the batch's experiments (unless `states` says none is queued or running), then
+    tell each outcome."""
     if not batch:
-        return 0
+        return
     names = [t.user_attrs["experiment"] for t in batch]
     try:
-        states = run_queued(names, cfg.parallel)
+        if states is None or {"Queued", "Running"} & set(states.values()):
+            states = run_queued(names, cfg.parallel)
     except BaseException:  # Ctrl-C, SIGTERM: what runs is stopped, and not counted
         for trial, name in zip(batch, names):
             dvc_quiet("queue", "kill", name)
             study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)  # no reason: not counted
         raise
+    outcomes = judge_all(client, exp_id, {n: states.get(n, "unknown") for n in names}, cfg.objective)
     for trial, name in zip(batch, names):
-        tell(study, trial, judge(client, exp_id, name, states.get(name, "unknown"), cfg.objective),
-             client, parent_id, cfg.study)
-    return len(batch)
+        tell(study, trial, outcomes[name], client, exp_id, parent_id, cfg)
 
 
-def tell(study: optuna.Study, trial, outcome, client, parent_id: str, name: str) -> None:
-    trial.set_user_attr("run_id", outcome.run_id)
+def tell(study: optuna.Study, trial, outcome, client, exp_id: str, parent_id: str, cfg: SweepParams) -> None:
     trial.set_user_attr("warnings", outcome.warnings)
-    if outcome.run_id:
-        adopt(client, outcome.run_id, parent_id, name, trial.number)
+    trial.set_user_attr("chance", outcome.chance)
+    run_id = outcome.run_id
+    if outcome.restored_from:  # its training run belongs to the trial it was restored from
+        trial.set_user_attr("restored_from", {"experiment": outcome.restored_from, "run_id": outcome.run_id})
+        run_id = restored_child(client, exp_id, parent_id, cfg.study, trial.number,
+                                trial.user_attrs["experiment"], outcome, cfg.objective)
+    elif run_id:
+        adopt(client, run_id, parent_id, cfg.study, trial.number)
+    trial.set_user_attr("run_id", run_id)
     if outcome.value is None:
         trial.set_user_attr("reason", outcome.reason)
         study.tell(trial, state=TrialState.FAIL)
         log.warning("trial %d failed: %s", trial.number, outcome.reason)
-    else:
-        study.tell(trial, outcome.value)
-        log.info("trial %d: %s = %.4f %s%s", trial.number, study.user_attrs[SETTINGS]["objective"],
-                 outcome.value, trial.params, f" (warnings: {', '.join(outcome.warnings)})" if outcome.warnings else "")
+        return
+    study.tell(trial, outcome.value)
+    notes = [f"warnings: {', '.join(outcome.warnings)}"] if outcome.warnings else []
+    if outcome.restored_from:
+        notes.append(f"restored from DVC's run-cache: the training of {outcome.restored_from}, run {outcome.run_id}")
+    log.info("trial %d: %s = %.4f %s%s", trial.number, cfg.objective, outcome.value, trial.params,
+             f" ({'; '.join(notes)})" if notes else "")
 
 
 def dvc_quiet(*args: str) -> None:

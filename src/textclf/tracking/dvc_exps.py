@@ -1,8 +1,9 @@
 """Queued DVC experiments, for the commands that run many (textclf.multiseed, textclf.sweep):
 queue one with its `-S` params, start the queue's workers, wait until the named ones end, and
-`dvc exp show`'s metrics by experiment name."""
+`dvc exp show`'s metrics and commits by experiment name."""
 from __future__ import annotations
 
+import json
 import logging
 import subprocess
 import tempfile
@@ -97,13 +98,29 @@ def run_queued(names: list[str], jobs: int, poll: float = POLL_SECONDS) -> dict[
         time.sleep(poll)
 
 
+def shown() -> list[dict]:
+    """`dvc exp show --json`: the experiments of the workspace's commit."""
+    return json.loads(dvc("exp", "show", "--json"))
+
+
+def revisions(shown: list[dict]) -> dict[str, dict]:
+    """`dvc exp show --json` -> {experiment name: its entry (commit `rev`, `data`: params, metrics)}."""
+    return {exp["revs"][0]["name"]: exp["revs"][0] for baseline in shown
+            for exp in baseline.get("experiments") or [] if exp["revs"][0].get("name")}
+
+
 def experiments(shown: list[dict]) -> dict[str, dict]:
     """`dvc exp show --json` -> {experiment name: metrics of reports/metrics.json}."""
     out = {}
-    for baseline in shown:
-        for exp in baseline.get("experiments") or []:
-            rev = exp["revs"][0]
-            data = (rev.get("data") or {}).get("metrics", {}).get("reports/metrics.json", {})
-            if rev.get("name") and data.get("data"):
-                out[rev["name"]] = data["data"]
+    for name, rev in revisions(shown).items():
+        data = ((rev.get("data") or {}).get("metrics") or {}).get("reports/metrics.json", {})
+        if data.get("data"):
+            out[name] = data["data"]
     return out
+
+
+def committed_file(rev: str, path: str) -> str | None:
+    """A git-tracked output (`cache: false`) as an experiment's commit holds it, or None."""
+    proc = subprocess.run(["git", "show", f"{rev}:{path}"], stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True)
+    return proc.stdout if proc.returncode == 0 else None
