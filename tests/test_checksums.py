@@ -1,0 +1,147 @@
+"""Model folders carry checksums (checksums.json), and every load checks them: a damaged byte
+range of the ONNX file, the safetensors weights or tokenizer.json stops predict, the pyfunc
+and textclf.serve in one line naming the file. The model is the shared `tiny_trained` one,
+a TINY RANDOM BERT (READ-ONLY: tests damage copies); the damage is the issue's: same size,
+200 KB at 80 % of the file, or garbage in its first 4 KB."""
+import json
+import logging
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import mlflow
+import numpy as np
+import pytest
+
+from textclf import serve
+from textclf.common import UserError
+from textclf.inference.model_uri import model_folder
+from textclf.inference.onnx_predictor import OnnxPredictor
+from textclf.inference.predictor import Predictor
+from textclf.model.export import export_model
+
+from conftest import free_port
+
+CHECKSUM_FILE = "checksums.json"  # by name: a user sees the file
+
+TEXT = "The central bank raised interest rates again to cool inflation.\n"
+
+
+def damage(path: Path, at: float, size: int) -> None:
+    """Overwrite `size` bytes at `at` (a share of the file) with random ones: same file size."""
+    data = bytearray(path.read_bytes())
+    start = min(int(len(data) * at), len(data) - size)
+    data[start:start + size] = np.random.default_rng(0).integers(0, 256, size, dtype=np.uint8).tobytes()
+    path.write_bytes(bytes(data))
+
+
+def predict_cli(model: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "textclf.predict", str(model)], input=TEXT,
+                          capture_output=True, text=True, timeout=300)
+
+
+def refused_in_one_line(proc: subprocess.CompletedProcess) -> str:
+    """predict exited 1 with one ERROR line and no traceback -> that line."""
+    errors = [line for line in proc.stderr.splitlines() if " ERROR " in line]
+    assert proc.returncode == 1 and len(errors) == 1 and proc.stdout == "", proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    return errors[0]
+
+
+@pytest.fixture
+def folders(tiny_trained, tmp_path) -> Path:
+    """A copy of the tiny model and its int8 export (the default serve.format)."""
+    tmp, _ = tiny_trained
+    shutil.copytree(tmp / "model", tmp_path / "model")
+    export_model(tmp_path / "model", tmp_path / "export", "onnx-int8")
+    return tmp_path
+
+
+def test_saved_and_exported_folders_list_every_file(folders):
+    for name in ("model", "export"):
+        folder = folders / name
+        saved = json.loads((folder / CHECKSUM_FILE).read_text())
+        present = {p.name for p in folder.iterdir()} - {CHECKSUM_FILE}
+        assert saved["algorithm"] == "sha256" and set(saved["files"]) == present, name
+    assert {"model.int8.onnx", "tokenizer.json", "export.json"} <= set(
+        json.loads((folders / "export" / CHECKSUM_FILE).read_text())["files"])
+
+
+@pytest.mark.parametrize("at, size", [(0.8, 200_000), (0.5, 100_000), (0.0, 4096)],
+                         ids=["200 KB at 80%", "100 KB at 50%", "first 4 KB"])
+def test_predict_refuses_a_damaged_onnx_file_in_one_line(folders, at, size):
+    """On the tiny model's 1.1 MB int8 file, 200 KB at 80 % reaches the graph (ONNX Runtime
+    failed with InvalidProtobuf's traceback); 100 KB at 50 % lies in the weights and loaded
+    silently, as the issue's damage did in the demo's model."""
+    onnx = folders / "export" / "model.int8.onnx"
+    damage(onnx, at, size)
+    line = refused_in_one_line(predict_cli(folders / "export"))
+    assert f"{onnx} is not the file that was saved (its sha256 differs" in line
+    assert "rerun `dvc repro export`" in line and f"dvc checkout {folders / 'export'}" in line
+
+
+@pytest.mark.parametrize("name", ["model.safetensors", "tokenizer.json"])
+def test_predict_refuses_a_damaged_model_folder_in_one_line(folders, name):
+    path = folders / "model" / name
+    damage(path, 0.8, min(200_000, path.stat().st_size // 5))
+    line = refused_in_one_line(predict_cli(folders / "model"))
+    assert f"{path} is not the file that was saved" in line
+    assert f"dvc checkout {folders / 'model'}" in line and "dvc repro train" in line
+
+
+def test_a_missing_or_cut_file_and_a_damaged_manifest_are_named(folders):
+    (folders / "model" / "tokenizer.json").unlink()
+    with pytest.raises(UserError, match=r"tokenizer.json is missing \(checksums.json lists it\)"):
+        Predictor(folders / "model")
+    onnx = folders / "export" / "model.int8.onnx"
+    onnx.write_bytes(onnx.read_bytes()[:-10])
+    with pytest.raises(UserError, match=r"model.int8.onnx has \d+ bytes, \d+ were saved"):
+        OnnxPredictor(folders / "export")
+    (folders / "export" / CHECKSUM_FILE).write_text("{not json")
+    with pytest.raises(UserError, match="checksums.json is unreadable"):
+        OnnxPredictor(folders / "export")
+
+
+def test_export_refuses_a_damaged_model_folder(folders):
+    """Exporting damaged weights would write them under fresh checksums."""
+    weights = folders / "model" / "model.safetensors"
+    damage(weights, 0.8, 4096)
+    with pytest.raises(UserError, match="model.safetensors is not the file that was saved"):
+        export_model(folders / "model", folders / "again", "onnx")
+    assert not (folders / "again").exists()
+
+
+def test_a_folder_without_checksums_loads_with_a_warning(folders, caplog):
+    """An older model (a registered one, say) still loads, unverified, and says so; an ONNX
+    file ONNX Runtime cannot read is still one line, not InvalidProtobuf's traceback."""
+    (folders / "export" / CHECKSUM_FILE).unlink()
+    with caplog.at_level(logging.WARNING):
+        assert len(OnnxPredictor(folders / "export").predict([TEXT])) == 1
+    assert [r for r in caplog.records if "cannot be verified" in r.getMessage()]
+    damage(folders / "export" / "model.int8.onnx", 0.0, 4096)
+    line = refused_in_one_line(predict_cli(folders / "export"))
+    assert "model.int8.onnx is not an ONNX model ONNX Runtime can load (InvalidProtobuf)" in line
+    assert "rerun `dvc repro export`" in line
+
+
+def test_the_pyfunc_and_serve_refuse_a_damaged_mlflow_model(tiny_trained, tmp_path, monkeypatch, caplog):
+    """The ONNX model evaluate logged, downloaded, its ONNX file damaged: the pyfunc does not
+    load, textclf.serve stops at start-up and predict exits, each naming the file."""
+    tmp, run = tiny_trained
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", run["tracking_uri"])
+    mlflow.set_tracking_uri(run["tracking_uri"])  # conftest restores it after the test
+    uri = json.loads((tmp / "metrics.json").read_text())["serving"]["model_uri"]
+    local = Path(mlflow.artifacts.download_artifacts(uri, dst_path=str(tmp_path / "m")))
+    onnx = model_folder(str(local)) / "model.onnx"  # artifacts/export
+    assert (onnx.parent / CHECKSUM_FILE).is_file()  # the logged copy carries the export's
+    damage(onnx, 0.8, min(200_000, onnx.stat().st_size // 5))
+    with pytest.raises(Exception, match="model.onnx is not the file that was saved"):
+        mlflow.pyfunc.load_model(str(local))
+    caplog.clear()
+    with pytest.raises(SystemExit) as stopped:
+        serve.main([str(local), "--port", str(free_port())])
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert stopped.value.code == 1 and len(errors) == 1, errors
+    assert f"{onnx} is not the file that was saved" in errors[0] and "download the MLflow model again" in errors[0]
+    assert "download the MLflow model again" in refused_in_one_line(predict_cli(local))
