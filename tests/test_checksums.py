@@ -94,6 +94,13 @@ def test_a_missing_or_cut_file_and_a_damaged_manifest_are_named(folders):
     (folders / "model" / "tokenizer.json").unlink()
     with pytest.raises(UserError, match=r"tokenizer.json is missing \(checksums.json lists it\)"):
         Predictor(folders / "model")
+    manifest = folders / "export" / CHECKSUM_FILE
+    saved = json.loads(manifest.read_text())
+    manifest.write_text(json.dumps({**saved, "files": {k: v for k, v in saved["files"].items()
+                                                       if k != "tokenizer.json"}}))
+    with pytest.raises(UserError, match="tokenizer.json is not among the files checksums.json lists"):
+        OnnxPredictor(folders / "export")
+    manifest.write_text(json.dumps(saved))
     onnx = folders / "export" / "model.int8.onnx"
     onnx.write_bytes(onnx.read_bytes()[:-10])
     with pytest.raises(UserError, match=r"model.int8.onnx has \d+ bytes, \d+ were saved"):

@@ -14,7 +14,7 @@ from textclf.data.tokenizing import RustTokenizer, encode_texts
 from textclf.inference.frames import check_texts, predicted_frame, sorted_batches
 from textclf.inference.pooling import pool_logits
 from textclf.model.checksums import how_to_restore, verify_folder
-from textclf.model.exported import TOKENIZER_FILE, read_export
+from textclf.model.exported import EXPORT_FILE, TOKENIZER_FILE, read_export
 
 THREADS_ENV = "TEXTCLF_ONNX_THREADS"  # intra-op threads; unset: ONNX Runtime's (the physical cores)
 TOKENS_PER_RUN = 1024  # padded tokens per session run (token_batches)
@@ -27,6 +27,7 @@ def session(path: Path):
     threads = positive_int_env(THREADS_ENV)
     if threads:
         options.intra_op_num_threads = threads
+    verify_folder(path.parent, [path.name])
     try:
         return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     except Exception as err:  # ONNX Runtime's own (InvalidProtobuf, Fail, …) derive from Exception
@@ -60,7 +61,8 @@ def softmax(logits: np.ndarray) -> np.ndarray:
 class OnnxPredictor:
     def __init__(self, export_dir: str | Path, batch_size: int = 32):
         export_dir = Path(export_dir)
-        verify_folder(export_dir)  # before any file is parsed: a damaged one is one line
+        # before each file is parsed, the files this load reads (not a fallback ONNX file beside)
+        verify_folder(export_dir, [EXPORT_FILE, TOKENIZER_FILE])
         meta = read_export(export_dir)
         if meta["format"] == "torch":
             raise UserError(f"{export_dir} holds no ONNX model (serve.format was torch); pass "

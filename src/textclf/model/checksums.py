@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from pathlib import Path, PurePosixPath
+from typing import Iterable
 
 from textclf.common import UserError, read_json, write_json
 
@@ -16,6 +17,7 @@ CHECKSUM_FILE = "checksums.json"
 # sha256 rather than md5: hashlib's sha256 runs on the CPU's SHA instructions, 2.4 times md5's
 # speed here (docs/benchmarks.md#model-checksums); the threat is damage, not forgery
 ALGORITHM = "sha256"
+_unverified: set[str] = set()  # folders without checksums already warned about (once per process)
 
 
 def file_digest(path: Path, algorithm: str = ALGORITHM) -> str:
@@ -60,20 +62,28 @@ def _saved(folder: Path) -> tuple[str, list[tuple[str, int, str]]]:
     return algorithm, listed
 
 
-def verify_folder(folder: str | Path) -> None:
-    """Every file checksums.json lists is there, of its size and digest; else one UserError
-    naming the file and the fix. Files it does not list are not read by the loaders' checks.
-    A folder without checksums.json (saved before folders carried them: a registered model
-    may be) loads with a warning that it cannot be verified, as it loaded before."""
+def verify_folder(folder: str | Path, names: Iterable[str] | None = None) -> None:
+    """The files `names` of `folder` (by default every file checksums.json lists) are there, of
+    the size and digest it lists; else one UserError naming the file and the fix. A loader names
+    the files it reads: a name the folder lacks and the list does not hold is left to the loader
+    to refuse. A folder without checksums.json (saved before folders carried them: a registered
+    model may be) loads with a warning that it cannot be verified, as it loaded before."""
     folder = Path(folder)
     if not (folder / CHECKSUM_FILE).is_file():
-        if folder.is_dir():  # else the loader says what the path is not
+        if folder.is_dir() and str(folder.resolve()) not in _unverified:  # else the loader says what it is not
+            _unverified.add(str(folder.resolve()))
             log.warning("%s has no %s (saved before model folders carried checksums): its files "
                         "cannot be verified; saving it again (train or export) adds one", folder, CHECKSUM_FILE)
         return
     algorithm, listed = _saved(folder)
     fix = how_to_restore(folder, any(name == "export.json" for name, _, _ in listed))
-    for name, size, _ in listed:  # the sizes first: a missing or cut-short file reads nothing
+    asked = {name for name, _, _ in listed} if names is None else set(names)
+    for name in asked - {name for name, _, _ in listed}:
+        if (folder / name).exists():
+            raise UserError(f"{folder / name} is not among the files {CHECKSUM_FILE} lists (it came "
+                            f"after the folder was saved): {fix}.")
+    wanted = [entry for entry in listed if entry[0] in asked]
+    for name, size, _ in wanted:  # the sizes first: a missing or cut-short file reads nothing
         path = folder / name
         if not path.is_file():
             raise UserError(f"{path} is missing ({CHECKSUM_FILE} lists it): the model folder is "
@@ -81,7 +91,7 @@ def verify_folder(folder: str | Path) -> None:
         if path.stat().st_size != size:
             raise UserError(f"{path} has {path.stat().st_size} bytes, {size} were saved: the model "
                             f"folder is damaged; {fix}.")
-    for name, _, digest in listed:
+    for name, _, digest in wanted:
         if file_digest(folder / name, algorithm) != digest:
             raise UserError(f"{folder / name} is not the file that was saved (its {algorithm} differs "
                             f"from {CHECKSUM_FILE}'s): the model folder is damaged; {fix}.")
