@@ -32,7 +32,7 @@ from textclf.inference.proba import inference_device, predict_proba
 from textclf.model.modeling import build_model, load_tokenizer
 from textclf.model.policy import make_optimizer, param_groups
 from textclf.data.tokenizing import tokenize_texts
-from textclf.train.loop import make_accelerator, make_scheduler, make_train_loader, train_steps
+from textclf.train.loop import Span, TrainJob, make_accelerator, make_scheduler, make_train_loader, train_steps
 
 
 def load_docs(spec: dict) -> tuple[list[str], list[int], list[str]]:
@@ -99,12 +99,14 @@ def train_ours(spec: dict, model: torch.nn.Module, ids: list[list[int]], labels:
     if lever == "compile":
         model = torch.compile(model, dynamic=True)  # one graph for every padded width
     model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, loader, scheduler)
+    split = Split(ids, labels)
+    job = TrainJob(model, optimizer, split, split, cfg, pad_id, accelerator)  # train_steps never validates
     if warmup:
-        train_steps(model, optimizer, scheduler, loader, cfg, accelerator, max_steps=warmup)
+        train_steps(job, scheduler, loader, Span(max_steps=warmup))
         if torch.cuda.is_available():
             torch.cuda.synchronize()
         warmup_s, start = time.perf_counter() - start, time.perf_counter()
-    loss_sum, taken = train_steps(model, optimizer, scheduler, loader, cfg, accelerator, max_steps=steps)
+    loss_sum, taken = train_steps(job, scheduler, loader, Span(max_steps=steps))
     loss = loss_sum.item() / taken  # the host sync that ends the timed span
     elapsed = time.perf_counter() - start
     timed = [len(ids[i]) for b in batches for i in b]

@@ -74,7 +74,7 @@ BUGS = [
     Bug("a damaged checkpoint is resumed", "src/textclf/train/checkpoint.py",
         "            problem = damage(candidate)\n", "            problem = None\n",
         ("tests/test_checkpoint.py",)),
-    Bug("best-epoch selection ignores the validation loss on a macro-F1 tie", "src/textclf/train/loop.py",
+    Bug("best-epoch selection ignores the validation loss on a macro-F1 tie", "src/textclf/train/selection.py",
         '        return [row["val_macro_f1"], -row["val_loss"]]', '        return [row["val_macro_f1"]]',
         ("tests/test_training.py",)),
 ]

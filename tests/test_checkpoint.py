@@ -17,7 +17,7 @@ from textclf.common import read_json
 from textclf.common import write_json
 from textclf.train.checkpoint import MANIFEST, STATE, TENSORS, Checkpointer, Progress, damage, manifest
 from textclf.train import loop
-from textclf.train.loop import EpochSelector
+from textclf.train.selection import EpochSelector
 
 KEY = "k1"
 
@@ -231,8 +231,8 @@ def test_a_resumed_epochs_progress_bar_counts_each_step_once(tmp_path, monkeypat
     def run(ckpt: Checkpointer) -> None:
         torch.manual_seed(0)
         model = Bag()
-        loop.fit(model, torch.optim.SGD(model.parameters(), lr=0.1), train, val, cfg, 0,
-                 loop.make_accelerator(), lambda row, probs: None, checkpointer=ckpt)
+        loop.fit(loop.TrainJob(model, torch.optim.SGD(model.parameters(), lr=0.1), train, val, cfg, 0,
+                               loop.make_accelerator(), checkpointer=ckpt))
 
     with pytest.raises(Killed):
         run(KilledAfter(tmp_path / "ckpt", at=(1, 3)))

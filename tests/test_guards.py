@@ -9,7 +9,7 @@ from textclf.model.batching import Collator, Split
 from textclf.config import ModelParams, TextCNNParams, TrainParams
 from textclf.model.modeling import build_model, encoder_param_names, load_tokenizer
 from textclf.model.policy import apply_policy, find_unused, make_optimizer, param_groups
-from textclf.train.loop import fit, make_accelerator
+from textclf.train.loop import TrainJob, fit, make_accelerator
 from textclf.train.records import GuardBook, NoTracking
 
 from conftest import REPO
@@ -76,8 +76,8 @@ def test_coverage_catches_an_optimizer_that_holds_only_the_head(data):
 
 def train_briefly(model, optimizer, data, cfg):
     train, _, pad = data
-    return fit(model, optimizer, train, Split(train.input_ids[:5], train.labels[:5]), cfg, pad,
-               make_accelerator(), lambda row, probs: None)
+    return fit(TrainJob(model, optimizer, train, Split(train.input_ids[:5], train.labels[:5]), cfg, pad,
+                        make_accelerator()))
 
 
 def textcnn_before_training(data, cfg):

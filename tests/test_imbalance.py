@@ -17,7 +17,7 @@ from textclf.report.document import to_markdown
 from textclf.report.sections import headline
 from textclf.severity import WARNING, severity
 from textclf.train import guards
-from textclf.train.loop import make_accelerator, make_scheduler, make_train_loader, train_steps
+from textclf.train.loop import TrainJob, make_accelerator, make_scheduler, make_train_loader, train_steps
 
 from conftest import REPO, prepare, run_baseline, run_train, write_params
 from test_report import metrics as report_metrics
@@ -61,8 +61,9 @@ def one_step_loss(weight: np.ndarray | None) -> tuple[float, torch.Tensor]:
     with torch.no_grad():
         per_doc = nn.functional.cross_entropy(model(batch["input_ids"], batch["attention_mask"]),
                                               batch["labels"], reduction="none")  # (B,)
-    loss, _ = train_steps(model, optimizer, make_scheduler(optimizer, 1, cfg), loader, cfg, accelerator,
-                          class_weight=weight)
+    split = Split(ids, labels)  # train_steps never validates
+    job = TrainJob(model, optimizer, split, split, cfg, 0, accelerator, class_weight=weight)
+    loss, _ = train_steps(job, make_scheduler(optimizer, 1, cfg), loader)
     return loss.item(), per_doc * (1 if weight is None else torch.as_tensor(weight, dtype=torch.float32)[batch["labels"]])
 
 

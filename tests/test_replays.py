@@ -13,7 +13,7 @@ from textclf.inference.proba import predict_proba
 from textclf.model.modeling import build_model, load_tokenizer
 from textclf.model.policy import make_optimizer, param_groups
 from textclf.data.tokenizing import tokenize_texts
-from textclf.train.loop import fit, make_accelerator
+from textclf.train.loop import TrainJob, fit, make_accelerator
 
 from conftest import BBC
 
@@ -40,8 +40,7 @@ def collapse_after_one_epoch(bbc, cfg: TrainParams) -> dict:
     set_seed(cfg.seed)  # the head's init must not depend on which tests ran before
     model, _ = build_model(ModelParams(), labels)
     accelerator = make_accelerator()
-    model = fit(model, make_optimizer(param_groups(model, cfg), cfg), train, val, cfg, pad,
-                accelerator, lambda row, probs: None)
+    model = fit(TrainJob(model, make_optimizer(param_groups(model, cfg), cfg), train, val, cfg, pad, accelerator))
     probs = predict_proba(model, val.input_ids, 32, pad, accelerator.device)
     return guards.collapse_check(probs.argmax(1), np.array(val.labels), labels, cfg.collapse_share)
 

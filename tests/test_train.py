@@ -209,7 +209,7 @@ def test_the_collapse_guard_judges_the_kept_epoch_not_the_last(prepared, monkeyp
     epoch 1 scored best, and the real collapse detector sees epoch 1 predict the labels and
     epoch 2 predict one class."""
     from textclf.train import guards
-    from textclf.train.loop import EpochSelector
+    from textclf.train.selection import EpochSelector
 
     tmp, p = prepared
     write_params(tmp / "params.yaml", train={"epochs": 2, "select": "best"})

@@ -15,8 +15,9 @@ from textclf.inference.frames import sorted_batches
 from textclf.config import EvaluateParams, TrainParams
 from textclf.inference.pooling import pool_logits
 from textclf.inference.proba import inference_device, precision_for, predict_proba
-from textclf.train.loop import (EpochSelector, fit, lr_factor, make_accelerator, make_scheduler,
-                              make_train_loader, summed_loss, train_steps, validation_loss)
+from textclf.train.loop import (Callbacks, Span, TrainJob, fit, lr_factor, make_accelerator, make_scheduler,
+                              make_train_loader, summed_loss, train_steps)
+from textclf.train.selection import EpochSelector, validation_loss
 
 
 def test_length_grouped_batches_cover_every_index_once_and_are_seeded():
@@ -135,7 +136,7 @@ CPU_BF16_RUN = """
 import json, sys, torch
 from textclf.model.batching import Split
 from textclf.config import EvaluateParams, TrainParams
-from textclf.train.loop import make_accelerator, make_scheduler, make_train_loader, train_steps
+from textclf.train.loop import Span, TrainJob, make_accelerator, make_scheduler, make_train_loader, train_steps
 ids = [[(7 * i + j) % 50 + 1 for j in range(3 + i % 9)] for i in range(32)]
 train = Split(ids, [i % 3 for i in range(32)])
 cfg = TrainParams(epochs=1, batch_size=4, warmup_ratio=0.0)
@@ -152,7 +153,8 @@ accelerator = make_accelerator(sys.argv[1])
 loader = make_train_loader(train, cfg, pad_id=0)
 scheduler = make_scheduler(optimizer, 8, cfg)
 net, optimizer, loader, scheduler = accelerator.prepare(net, optimizer, loader, scheduler)
-loss, steps = train_steps(net, optimizer, scheduler, loader, cfg, accelerator, max_steps=8)
+job = TrainJob(net, optimizer, train, train, cfg, 0, accelerator)  # train_steps never validates
+loss, steps = train_steps(job, scheduler, loader, Span(max_steps=8))
 print(json.dumps({"loss": loss.item() / steps, "mixed": accelerator.mixed_precision}))
 """
 
@@ -235,10 +237,11 @@ def test_train_steps_stops_after_max_steps_and_fit_pieces_compose():
     scheduler = make_scheduler(optimizer, 3, cfg)
     accelerator = make_accelerator()
     model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, loader, scheduler)
-    loss_sum, steps = train_steps(model, optimizer, scheduler, loader, cfg, accelerator, max_steps=3)
+    job = TrainJob(model, optimizer, train, train, cfg, 0, accelerator)  # train_steps never validates
+    loss_sum, steps = train_steps(job, scheduler, loader, Span(max_steps=3))
     assert steps == 3 and scheduler.get_last_lr()[0] == 0.0  # linear decay ends at step 3
     assert 0 < loss_sum.item() / steps < 5
-    _, steps = train_steps(model, optimizer, scheduler, loader, cfg, accelerator)
+    _, steps = train_steps(job, scheduler, loader)
     assert steps == len(loader)  # no max_steps: one full pass
 
 
@@ -302,8 +305,8 @@ def test_fit_returns_the_selected_epochs_weights(select, patience):
         seen.append(((row["val_macro_f1"], -row["val_loss"]), {k: v.clone() for k, v in model.state_dict().items()}))
 
     optimizer = torch.optim.SGD(model.parameters(), lr=0.3)
-    kept = fit(model, optimizer, train, val, cfg, 0, make_accelerator(), on_epoch,
-               selector=(selector := EpochSelector(select, patience)))
+    kept = fit(TrainJob(model, optimizer, train, val, cfg, 0, make_accelerator(), Callbacks(on_epoch=on_epoch),
+                        selector=(selector := EpochSelector(select, patience))))
     scores = [s for s, _ in seen]
     best = scores.index(max(scores)) + 1
     expected = best if select == "best" else len(seen)
@@ -339,7 +342,8 @@ def test_max_steps_ends_training_mid_epoch_and_the_schedule_with_it(max_steps, e
         return loss, steps
     training.train_steps, saved = counting, training.train_steps
     try:
-        fit(model, optimizer, train, val, cfg, 0, make_accelerator(), lambda row, probs: rows.append(row))
+        fit(TrainJob(model, optimizer, train, val, cfg, 0, make_accelerator(),
+                     Callbacks(on_epoch=lambda row, probs: rows.append(row))))
     finally:
         training.train_steps = saved
     assert len(rows) == epochs_run and calls[-1] == last_steps
@@ -376,8 +380,8 @@ def test_window_weights_make_every_document_weigh_the_same_in_the_loss():
     expected = float((each * batch["weights"]).sum() / 6)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
     accelerator = make_accelerator()
-    loss, steps = train_steps(model, optimizer, make_scheduler(optimizer, 1, cfg),
-                              make_train_loader(train, cfg, pad_id=0), cfg, accelerator)
+    job = TrainJob(model, optimizer, train, train, cfg, 0, accelerator)  # train_steps never validates
+    loss, steps = train_steps(job, make_scheduler(optimizer, 1, cfg), make_train_loader(train, cfg, pad_id=0))
     assert steps == 1 and loss.item() == pytest.approx(expected, rel=1e-6)
     unweighted = float(each.mean())
     assert expected != pytest.approx(unweighted)  # the weights change the loss
@@ -431,8 +435,8 @@ def test_fit_on_windows_validates_documents():
     model = BagOfEmbeddings()
     seen = []
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    fit(model, optimizer, train, val, cfg, 0, make_accelerator(), lambda row, probs: seen.append(probs),
-        chunk_pooling="max")
+    fit(TrainJob(model, optimizer, train, val, cfg, 0, make_accelerator(),
+                 Callbacks(on_epoch=lambda row, probs: seen.append(probs)), chunk_pooling="max"))
     assert len(make_train_loader(train, cfg, pad_id=0)) == 35 // 4 + 1  # 35 windows of 20 documents
     assert [p.shape for p in seen] == [(5, 3), (5, 3)]
     expected = predict_proba(model, val.input_ids, 8, 0, torch.device("cpu"), owner=val.owner, pooling="max")

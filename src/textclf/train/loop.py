@@ -1,15 +1,18 @@
 """The training loop. It knows nothing about the model: anything mapping
-(input_ids, attention_mask) -> logits trains the same way.
+(input_ids, attention_mask) -> logits trains the same way (minGPT's trainer). A `TrainJob`
+is what one training is: fit(job) trains it, train_steps takes one pass of its optimizer steps.
 
 Accelerate places model and batches: CUDA (bf16 autocast where supported),
 then MPS, then CPU; the same code runs under `accelerate launch` on several GPUs.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
-from typing import Any, Callable, cast
+from dataclasses import dataclass, field
+from typing import Callable, cast
 
 import numpy as np
 import torch
@@ -21,15 +24,58 @@ from tqdm.auto import tqdm
 
 from textclf.model.batching import PAD_LABEL, Collator, LengthGroupedBatchSampler, RankShard, Split, TokenDataset
 from textclf.train.checkpoint import Checkpointer, Progress
+from textclf.train.selection import EpochSelector, validation_scores
 from textclf.config import TrainParams
 from textclf.data.tokens import TokenIds
-from textclf.evaluate.metrics import classification_scores
-from textclf.evaluate.multilabel import bce, decide, multilabel_scores
 from textclf.inference.proba import mixed_precision_here, predict_proba
 from textclf.common import UserError
 
 log = logging.getLogger(__name__)
 LOG_EVERY = 10  # steps between loss reads: each read is a host sync
+
+
+@dataclass(frozen=True)
+class Callbacks:
+    """What a training calls out to, on rank 0, each optional: the loop knows when, not what.
+    on_epoch(row, validation probabilities) after each epoch's validation, row = {'epoch',
+    'train_loss', 'val_accuracy', 'val_macro_f1', 'val_loss'}; on_saved(epoch) once that
+    epoch's checkpoint is saved: what goes to a tracking store goes there, so a store that
+    fails never costs an epoch the checkpoint does not hold."""
+    on_epoch: Callable[[dict, np.ndarray], object] | None = None
+    on_saved: Callable[[int], object] | None = None
+
+
+@dataclass(frozen=True)
+class TrainJob:
+    """One training: the model and its optimizer, the training and validation splits, the
+    params, the accelerator it runs on and what it calls out to. The checkpointer
+    (textclf.train.checkpoint) restores a found checkpoint and saves new ones; the selector
+    picks the epoch whose weights fit returns and may stop early. class_weight (C,) weights
+    the training loss (train.class_weights); validation scores documents: with chunks, each by
+    its windows' logits pooled by chunk_pooling (model.chunk_pooling), as evaluate does."""
+    model: nn.Module  # (input_ids, attention_mask) -> logits; nothing else is asked of it
+    optimizer: torch.optim.Optimizer
+    train: Split
+    validation: Split
+    params: TrainParams
+    pad_id: int
+    accelerator: Accelerator
+    callbacks: Callbacks = field(default_factory=Callbacks)
+    checkpointer: Checkpointer | None = None
+    selector: EpochSelector = field(default_factory=EpochSelector)
+    class_weight: np.ndarray | None = None
+    chunk_pooling: str = "mean"
+
+
+@dataclass(frozen=True)
+class Span:
+    """Which optimizer steps one pass over the batches takes: epoch `epoch`'s, after the
+    `first_step` a resumed epoch already trained on (their summed loss `loss_start`), up to
+    step `max_steps` (None: the loader's end; train.max_steps, or benchmarks timing N steps)."""
+    epoch: int = 1
+    first_step: int = 0
+    loss_start: float = 0.0
+    max_steps: int | None = None
 
 
 def make_accelerator(precision: str = "auto") -> Accelerator:
@@ -89,25 +135,22 @@ def make_scheduler(optimizer: torch.optim.Optimizer, total_steps: int,
         optimizer, lr_factor(total_steps, cfg.warmup_ratio, cfg.scheduler))
 
 
-def train_steps(model: nn.Module, optimizer: torch.optim.Optimizer, scheduler, loader: DataLoader,
-                cfg: TrainParams, accelerator: Accelerator, *, desc: str = "train",
-                max_steps: int | None = None, first_step: int = 0, loss_start: float = 0.0,
-                on_step: Callable[[int, torch.Tensor], None] | None = None,
-                class_weight: np.ndarray | None = None) -> tuple[torch.Tensor, int]:
-    """One pass over the prepared `loader`, or its first `max_steps` batches (benchmarks
-    time a fixed number of steps) -> (summed loss, a device tensor; steps taken).
-    A resumed epoch skips the `first_step` batches already trained on (their summed loss
-    is `loss_start`); on_step(step, summed loss) runs after every optimizer step.
-    class_weight (C,): each document's loss times its class's weight (train.class_weights)."""
+def train_steps(job: TrainJob, scheduler, loader: DataLoader, span: Span = Span()) -> tuple[torch.Tensor, int]:
+    """The job's optimizer steps over the prepared `loader` (the job's model and optimizer
+    prepared too) that `span` names -> (summed loss, a device tensor; the last step). After
+    every step, the job's checkpointer may save. class_weight (C,): each document's loss
+    times its class's weight (train.class_weights)."""
+    model, optimizer, accelerator, cfg = job.model, job.optimizer, job.accelerator, job.params
+    first_step, max_steps = span.first_step, span.max_steps
     model.train()
     # summed, then weighted by this process's share of the global batch, so that the gradient
     # averaged over N processes is the global batch's mean, whatever the shares (RankShard).
     # Weighted, the sum is still divided by the documents, not by their weights (PyTorch's
     # "mean"): balanced weights average 1 over the training split, so the loss keeps its scale
-    weight = None if class_weight is None else torch.as_tensor(class_weight, dtype=torch.float32,
-                                                                device=accelerator.device)
+    weight = None if job.class_weight is None else torch.as_tensor(job.class_weight, dtype=torch.float32,
+                                                                    device=accelerator.device)
     loss_fn = nn.CrossEntropyLoss(weight=weight, reduction="sum", ignore_index=PAD_LABEL)
-    loss_sum = torch.full((), loss_start, device=accelerator.device)
+    loss_sum = torch.full((), span.loss_start, device=accelerator.device)
     rng = torch.get_rng_state()  # as the checkpoint left it, when resuming
     batches = iter(loader)
     for skipped in range(first_step):  # resumed: the batches trained on before the checkpoint
@@ -116,7 +159,7 @@ def train_steps(model: nn.Module, optimizer: torch.optim.Optimizer, scheduler, l
             torch.set_rng_state(rng)  # run did before its checkpoint: same dropout masks
     # the bar starts at the resumed step and counts the batches trained on, not those skipped
     # (counted twice, they ran past the epoch's total), its rate and ETA theirs alone
-    bar = tqdm(batches, desc=desc, total=min(max_steps or len(loader), len(loader)),
+    bar = tqdm(batches, desc=f"epoch {span.epoch}/{cfg.epochs}", total=min(max_steps or len(loader), len(loader)),
                initial=first_step, disable=not accelerator.is_local_main_process)
     step = first_step
     for step, batch in enumerate(bar, first_step + 1):
@@ -134,8 +177,8 @@ def train_steps(model: nn.Module, optimizer: torch.optim.Optimizer, scheduler, l
         loss_sum += loss.detach()  # stays on the device: no host sync per step
         if step % LOG_EVERY == 0:
             bar.set_postfix(loss=f"{loss_sum.item() / step:.4f}")
-        if on_step is not None:
-            on_step(step, loss_sum)
+        if job.checkpointer is not None:
+            job.checkpointer.after_step(accelerator, span.epoch, step, loss_sum)
         if step == max_steps:
             break
     return loss_sum, step
@@ -188,105 +231,20 @@ def global_count(labels: torch.Tensor, accelerator: Accelerator) -> torch.Tensor
     return accelerator.reduce(count, "sum") if accelerator.num_processes > 1 else count
 
 
-def validation_scores(probs: np.ndarray, val: Split) -> dict[str, float]:
-    """An epoch's validation row: accuracy, macro-F1 and loss of the (documents, C)
-    probabilities. Multi-label: subset accuracy, macro-F1 over the labels at threshold 0.5
-    (the per-label thresholds are tuned once, on the kept epoch) and the mean BCE."""
-    if val.multilabel:
-        y = np.asarray(val.labels, dtype=bool)  # (N, C)
-        scores = multilabel_scores(y, decide(probs))
-        loss = bce(probs, y)
-    else:
-        scores, loss = classification_scores(val.labels, probs.argmax(axis=1)), validation_loss(probs, val.labels)
-    return {"val_accuracy": scores["accuracy"], "val_macro_f1": scores["macro_f1"], "val_loss": loss}
-
-
-def validation_loss(probs: np.ndarray, labels: list[int]) -> float:
-    """Mean cross-entropy of (N, C) probabilities against the labels."""
-    true = probs[np.arange(len(labels)), np.asarray(labels)]
-    return float(-np.log(np.clip(true, 1e-12, None)).mean())
-
-
-class EpochSelector:
-    """train.select / train.select_metric / train.patience. Tracks the epoch that scores best
-    on validation (macro-F1 with ties to the lower loss, or the loss alone) and, for `best`, a
-    CPU copy of its weights, so the test split never chooses anything. Rides in the
-    checkpoint (state_dict / load_state_dict), its weights too."""
-
-    def __init__(self, select: str = "last", patience: int = 0, metric: str = "macro_f1"):
-        self.select, self.patience, self.metric = select, patience, metric
-        self.best_epoch = self.last_epoch = 0
-        self.best_key: list[float] | None = None  # key() of the best epoch's row
-        self.best_row: dict[str, float] = {}
-        self.weights: dict[str, torch.Tensor] | None = None
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"best_epoch": self.best_epoch, "best_key": self.best_key, "best_row": self.best_row,
-                "last_epoch": self.last_epoch, "weights": self.weights}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.best_epoch, self.best_key, self.best_row = state["best_epoch"], state["best_key"], state["best_row"]
-        self.last_epoch, self.weights = state["last_epoch"], state["weights"]
-
-    def key(self, row: dict) -> list[float]:
-        """Larger is better: a tie on macro-F1 (it saturates: every validation document right)
-        goes to the lower loss, the epoch that is more sure of its right answers."""
-        if self.metric == "loss":
-            return [-row["val_loss"]]
-        return [row["val_macro_f1"], -row["val_loss"]]
-
-    def update(self, row: dict, model: nn.Module) -> None:
-        """After an epoch: row holds epoch, val_macro_f1 and val_loss."""
-        self.last_epoch = row["epoch"]
-        key = self.key(row)
-        if self.best_key is None or key > self.best_key:
-            self.best_epoch, self.best_key, self.best_row = row["epoch"], key, dict(row)
-            if self.select == "best":  # separate copies: safetensors refuses shared (tied) storage
-                self.weights = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
-
-    def should_stop(self) -> bool:
-        return self.patience > 0 and self.last_epoch - self.best_epoch >= self.patience
-
-    @property
-    def kept_epoch(self) -> int:
-        return self.best_epoch if self.select == "best" else self.last_epoch
-
-    def restore(self, model: nn.Module) -> int:
-        """Load the kept epoch's weights into `model` -> that epoch."""
-        if self.kept_epoch != self.last_epoch:
-            if self.weights is None:  # select: best copies the weights of each better epoch
-                raise RuntimeError(f"epoch {self.best_epoch} is kept but its weights were not")
-            model.load_state_dict(self.weights)
-            log.info("keeping epoch %d (validation macro-F1 %.4f, loss %.4f), not the last epoch %d",
-                     self.best_epoch, self.best_row["val_macro_f1"], self.best_row["val_loss"],
-                     self.last_epoch)
-        return self.kept_epoch
-
-
-def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train: Split, val: Split,
-        cfg: TrainParams, pad_id: int, accelerator: Accelerator,
-        on_epoch: Callable[[dict, np.ndarray], None], *, checkpointer: Checkpointer | None = None,
-        selector: EpochSelector | None = None, on_saved: Callable[[int], object] | None = None,
-        class_weight: np.ndarray | None = None, chunk_pooling: str = "mean") -> nn.Module:
-    """Train `model`; after each epoch call on_epoch(row, validation probabilities) with
-    row = {'epoch', 'train_loss', 'val_accuracy', 'val_macro_f1', 'val_loss'}, then save the
-    checkpoint, then call on_saved(epoch): what goes to a tracking store goes there, so a
-    store that fails never costs an epoch the checkpoint does not hold. A checkpointer
-    (textclf.train.checkpoint) restores a found checkpoint and saves new ones. A selector picks
-    the epoch whose weights are returned and may stop early (every rank decides alike: each
-    scores the whole validation split). class_weight (C,) weights the training loss; the
-    validation loss stays unweighted, comparable across train.class_weights. Validation scores
-    documents: with chunks, each by its windows' logits pooled by `chunk_pooling`
-    (model.chunk_pooling), as evaluate does."""
-    selector = selector or EpochSelector()
-    loader = make_train_loader(train, cfg, pad_id, accelerator.process_index, accelerator.num_processes)
+def fit(job: TrainJob) -> nn.Module:
+    """Train the job's model, epoch after epoch (end_epoch after each), resuming from the
+    checkpoint its checkpointer found -> the model with the kept epoch's weights. Every rank
+    decides alike when to stop: each scores the whole validation split."""
+    cfg, accelerator, selector = job.params, job.accelerator, job.selector
+    loader = make_train_loader(job.train, cfg, job.pad_id, accelerator.process_index, accelerator.num_processes)
     sampler = cast("LengthGroupedBatchSampler | RankShard", loader.batch_sampler)  # make_train_loader's
     total = cfg.epochs * len(loader) if cfg.max_steps == 0 else min(cfg.max_steps, cfg.epochs * len(loader))
-    scheduler = make_scheduler(optimizer, total, cfg)  # the schedule ends where training does
-    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+    scheduler = make_scheduler(job.optimizer, total, cfg)  # the schedule ends where training does
+    model, optimizer, scheduler = accelerator.prepare(job.model, job.optimizer, scheduler)
     if accelerator.num_processes == 1:  # one process: Accelerate's loader (device placement, RNG
         loader = accelerator.prepare(loader)  # handling) exactly as before; N: RankShard shards
-    start = checkpointer.restore(accelerator) if checkpointer else Progress()
+    job = dataclasses.replace(job, model=model, optimizer=optimizer)  # the steps run the prepared ones
+    start = job.checkpointer.restore(accelerator) if job.checkpointer else Progress()
     log.info("before the first step: %s resident (data, model, optimizer)", resident())
     for epoch in range(start.epoch + 1, math.ceil(total / len(loader)) + 1):
         if selector.should_stop():  # checked first, so a resumed training stops alike
@@ -296,29 +254,31 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, train: Split, val: S
         sampler.set_epoch(epoch)
         if hasattr(loader, "set_epoch"):
             loader.set_epoch(epoch)
-        first, loss_start = (start.step, start.loss_sum) if epoch == start.epoch + 1 else (0, 0.0)
-        on_step = None if checkpointer is None else (
-            lambda step, loss, epoch=epoch: checkpointer.after_step(accelerator, epoch, step, loss))
+        resumed = epoch == start.epoch + 1
         left = total - (epoch - 1) * len(loader)  # train.max_steps may end this epoch early
-        loss_sum, steps = train_steps(model, optimizer, scheduler, loader, cfg, accelerator,
-                                      desc=f"epoch {epoch}/{cfg.epochs}", first_step=first,
-                                      loss_start=loss_start, on_step=on_step,
-                                      max_steps=left if left < len(loader) else None,
-                                      class_weight=class_weight)
-        train_loss = accelerator.reduce(loss_sum, "mean").item() / steps
-        probs = predict_proba(accelerator.unwrap_model(model), val.input_ids, cfg.batch_size * 2,
-                              pad_id, accelerator.device, accelerator.mixed_precision,
-                              owner=val.owner, pooling=chunk_pooling,
-                              multilabel=val.multilabel)  # (documents, C)
-        row = {"epoch": epoch, "train_loss": train_loss, **validation_scores(probs, val)}
-        log.info("epoch %d: %s", epoch, row)
-        selector.update(row, accelerator.unwrap_model(model))
-        if accelerator.is_main_process:
-            on_epoch(row, probs)
-        if checkpointer is not None:
-            checkpointer.after_epoch(accelerator, epoch)
-        if accelerator.is_main_process and on_saved is not None:
-            on_saved(epoch)
+        span = Span(epoch, start.step if resumed else 0, start.loss_sum if resumed else 0.0,
+                    left if left < len(loader) else None)
+        loss_sum, steps = train_steps(job, scheduler, loader, span)
+        end_epoch(job, epoch, accelerator.reduce(loss_sum, "mean").item() / steps)
     model = accelerator.unwrap_model(model)
     selector.restore(model)
     return model
+
+
+def end_epoch(job: TrainJob, epoch: int, train_loss: float) -> None:
+    """Validate; the epoch's row to the selector and to on_epoch; the checkpoint; on_saved.
+    The validation loss stays unweighted, comparable across train.class_weights."""
+    accelerator, val, callbacks = job.accelerator, job.validation, job.callbacks
+    model = accelerator.unwrap_model(job.model)
+    probs = predict_proba(model, val.input_ids, job.params.batch_size * 2, job.pad_id, accelerator.device,
+                          accelerator.mixed_precision, owner=val.owner, pooling=job.chunk_pooling,
+                          multilabel=val.multilabel)  # (documents, C)
+    row = {"epoch": epoch, "train_loss": train_loss, **validation_scores(probs, val)}
+    log.info("epoch %d: %s", epoch, row)
+    job.selector.update(row, model)
+    if accelerator.is_main_process and callbacks.on_epoch is not None:
+        callbacks.on_epoch(row, probs)
+    if job.checkpointer is not None:
+        job.checkpointer.after_epoch(accelerator, epoch)
+    if accelerator.is_main_process and callbacks.on_saved is not None:
+        callbacks.on_saved(epoch)

@@ -35,7 +35,8 @@ from textclf.train import guards
 from textclf.train.checkpoint import Checkpointer, training_key
 from textclf.train.launch import (RDZV_FAILED, check_same_inputs, failures_to_launcher, forbid_tracking, is_worker,
                                   launch, rank)
-from textclf.train.loop import EpochSelector, fit, make_accelerator
+from textclf.train.loop import Callbacks, TrainJob, fit, make_accelerator
+from textclf.train.selection import EpochSelector
 from textclf.train.paths import TrainInputs, TrainPaths
 from textclf.train.targets import loss_weights, tuned_thresholds
 from textclf.train.records import EpochLogger, GuardBook, NoTracking, RunLog, Tracker
@@ -184,11 +185,12 @@ def train(job: Training) -> Trained:
     model, optimizer, encoder = prepare(job, book)
     tracker.flush()  # the guards' tags
     before = guards.snapshot(model)  # the seeded initial weights, rebuilt the same on resume
+    loop_job = TrainJob(model, optimizer, job.splits["train"], job.splits["validation"], cfg, pad_id(job.tokenizer),
+                        job.accelerator, Callbacks(on_epoch=curve, on_saved=lambda epoch: tracker.flush()),
+                        checkpointer=job.checkpointer, selector=selector, class_weight=loss_weights(job),
+                        chunk_pooling=job.params.model.chunk_pooling)
     with deferred_interrupts():  # SIGINT/SIGTERM: checkpoint at the next step, then stop
-        model = fit(model, optimizer, job.splits["train"], job.splits["validation"], cfg,
-                    pad_id=pad_id(job.tokenizer), accelerator=job.accelerator, on_epoch=curve,
-                    checkpointer=job.checkpointer, selector=selector, on_saved=lambda epoch: tracker.flush(),
-                    class_weight=loss_weights(job), chunk_pooling=job.params.model.chunk_pooling)
+        model = fit(loop_job)
     return Trained(model=model, before=before, encoder=encoder, selector=selector, curve=curve, book=book)
 
 
