@@ -24,6 +24,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--metrics", required=True, help="output metrics JSON")
     parser.add_argument("--data-diff", required=True,
                         help="output JSON: documents added, removed, relabelled, edited since the champion's data")
+    parser.add_argument("--ingest-report",
+                        help="ingest's report: why a removed document still in the source was dropped")
     parser.add_argument("--confusion", required=True, help="output CSV of (actual, predicted)")
     parser.add_argument("--per-class", required=True, help="output CSV: per-class F1, precision, recall")
     parser.add_argument("--predictions", required=True,

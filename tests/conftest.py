@@ -239,7 +239,7 @@ def run_evaluate(p, metrics="metrics.json"):
     evaluate.main(p + ["--tokens", "t.parquet", "--splits", "sp.parquet", "--model-dir", "model",
                        "--run-file", "run.json", "--guards", "guards.json", "--baseline", "b.json",
                        "--baseline-predictions", "bp.parquet", "--corpus", "c.parquet", "--export", "export",
-                       "--data-diff", "diff.json", "--metrics", metrics,
+                       "--data-diff", "diff.json", "--ingest-report", "r.json", "--metrics", metrics,
                        "--confusion", "conf.csv", "--per-class", "pc.csv", "--predictions", "pred.parquet"])
 
 

@@ -52,6 +52,10 @@ def test_a_challenger_on_grown_data_is_judged_on_the_documents_the_champion_neve
     old_splits = pd.read_parquet(tmp / "sp.parquet")
 
     shutil.copytree(REPO / "data" / "sample" / "tech", corpus / "tech")  # version 2: a class more
+    # ... and a near-copy of a version-1 document in it: ingest drops both (conflicts: drop)
+    victim = sorted((corpus / "sport").iterdir())[0]
+    words = victim.read_text(encoding="utf-8").split()
+    (corpus / "tech" / "near_copy.txt").write_text(" ".join(words[:-1] + ["indeed"]), encoding="utf-8")
     second = train_and_evaluate(prepare_version(tmp, corpus, seed=42), tmp)
     new_splits = pd.read_parquet(tmp / "sp.parquet")
     reg, cmp = second["registry"], second["registry"]["champion_comparison"]
@@ -73,7 +77,10 @@ def test_a_challenger_on_grown_data_is_judged_on_the_documents_the_champion_neve
     assert float(tags["gate.champion_macro_f1"]) == pytest.approx(cmp["champion"]["macro_f1"], abs=1e-6)
     diff = json.loads((tmp / "diff.json").read_text())
     assert diff["against_version"] == 1 and diff["added"]["count"] == 16
-    assert diff["added"]["per_class"] == {"tech": 16} and diff["removed"]["count"] == 0
+    assert diff["added"]["per_class"] == {"tech": 16} and diff["removed"]["count"] == 1
+    assert diff["removed"]["examples"] == [{"path": f"sport/{victim.name}", "dropped": {
+        "reason": "near_duplicate_conflict", "with": ["tech/near_copy.txt"]}}]  # was: removed, no word why
+    assert diff["removed"]["dropped_at_ingest"]["per_reason"] == {"near_duplicate_conflict": 1}
     assert second["data_diff"]["added"] == 16
 
 

@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from textclf.data.versions import KINDS, diff, dropped_at_ingest, summary
+from textclf.data.versions import KINDS, described, diff, dropped_at_ingest, summary
 from textclf.common import UserError, run_stage
 
 SPLITS = "data/processed/splits.parquet"
@@ -146,16 +146,6 @@ def read_version(rev: str, path: str, repo: str, report: str = INGEST_REPORT) ->
     return pd.read_parquet(io.BytesIO(data)), ingest
 
 
-def _example(e: dict) -> str:
-    """One example path, with its labels (relabelled) or why ingest dropped it (removed)."""
-    if "label" in e:
-        return f"{e['path']} ({e['old_label']} -> {e['label']})"
-    if "dropped" in e:
-        with_ = f" with {', '.join(e['dropped']['with'])}" if e["dropped"].get("with") else ""
-        return f"{e['path']} (dropped at ingest: {e['dropped']['reason']}{with_})"
-    return e["path"]
-
-
 def render(found: dict, old: str, new: str) -> str:
     lines = [f"{old} -> {new}: {found['old_documents']} -> {found['new_documents']} documents; "
              f"{summary(found)}"]
@@ -163,7 +153,7 @@ def render(found: dict, old: str, new: str) -> str:
         part = found[kind]
         if part["count"]:
             per_class = ", ".join(f"{c} {n}" for c, n in part["per_class"].items())
-            names = ", ".join(_example(e) for e in part["examples"])
+            names = ", ".join(map(described, part["examples"]))
             lines.append(f"  {kind}: {per_class}; e.g. {names}")
     dropped = found["removed"].get("dropped_at_ingest")
     if dropped:

@@ -130,6 +130,18 @@ def _dropped_summary(rows: pd.DataFrame, examples: int) -> dict:
             "examples": [{"path": r.path, **r.dropped} for r in rows.sort_values("path").head(examples).itertuples()]}
 
 
+def described(example: dict) -> str:
+    """One example of the diff as a reader sees it: its path, with its labels (relabelled) or
+    why ingest dropped it (removed)."""
+    if "old_label" in example:
+        return f"{example['path']} ({example['old_label']} -> {example['label']})"
+    if "dropped" in example:
+        others = example["dropped"].get("with")
+        return (f"{example['path']} (dropped at ingest: {example['dropped']['reason']}"
+                + (f" with {', '.join(others)})" if others else ")"))
+    return example["path"]
+
+
 def summary(found: dict) -> str:
     """One line: the counts of each kind and of split moves."""
     moves = found.get("split_moves") or {}

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from textclf.config import load_params
-from textclf.data.versions import KINDS, diff
+from textclf.data.versions import KINDS, diff, dropped_at_ingest
 from textclf.evaluate.champion import SPLITS_ARTIFACT, Challenge
 from textclf.evaluate.comparison import compare, per_class_accuracy
 from textclf.evaluate.serving_check import check_export, served_model, serving_mlflow
@@ -51,6 +51,7 @@ class EvaluatePaths:
     confusion: str  # written: CSV of (actual, predicted)
     per_class: str  # written: CSV of per-class F1, precision, recall
     predictions: str  # written: parquet, per test document
+    ingest_report: str | None = None  # ingest's accounting: why a removed document was dropped
 
 
 def prediction_frame(doc_ids: list[str], y_true, probs: np.ndarray, labels: list[str]) -> pd.DataFrame:
@@ -135,7 +136,8 @@ def registry_step(paths: EvaluatePaths, cfg, training: dict, metrics: dict,
         return {"against_version": None, "why": "no champion yet" if champion is None else
                 f"the champion (version {champion['version']}) carries no split table "
                 f"({SPLITS_ARTIFACT}: registered before data versions were recorded)"}
-    return {"against_version": int(champion["version"]), **diff(against, splits)}
+    dropped = dropped_at_ingest(read_json(paths.ingest_report)) if paths.ingest_report else None
+    return {"against_version": int(champion["version"]), **diff(against, splits, dropped=dropped)}
 
 
 def diff_counts(found: dict) -> dict:

@@ -13,8 +13,8 @@ from textclf.common import read_json
 from textclf.report import figures
 from textclf.report.document import Figure, Heading, to_html, to_markdown
 from textclf.report.sections import (baseline_section, calibration_section, data_section,
-                                     data_version_section, headline, lineage_section, mistakes_section,
-                                     results_section, serving_section)
+                                     data_version_section, headline, lineage_section, lost_alert,
+                                     mistakes_section, results_section, serving_section)
 from textclf.tracking.runs import add_to_run, dataset_sources, lock_hashes, log_datasets
 from textclf.tracking.store import training_run
 
@@ -52,6 +52,7 @@ def build(paths: ReportPaths, run: dict) -> tuple[list, bytes]:
     curve = pd.read_csv(paths.curve)
     collapsed = curve.loc[curve["collapsed"] == 1, "epoch"].tolist()
     blocks = [Heading("Training report", 1)] + headline(metrics, collapsed)
+    blocks += lost_alert(read_json(paths.ingest_report))  # ingest dropped more than a few percent of what it saw
     blocks += data_section(read_json(paths.ingest_report), read_json(paths.token_stats),
                            read_json(paths.split_counts), pd.read_csv(paths.histogram))
     blocks += results_section(curve, metrics)

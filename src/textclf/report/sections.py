@@ -8,6 +8,8 @@ from typing import Sequence
 import pandas as pd
 
 from textclf.config import flatten
+from textclf.data.ingest_report import lost_line
+from textclf.data.versions import described
 from textclf.evaluate.comparison import WORSE
 from textclf.evaluate.comparison import headline as verdict_line
 from textclf.evaluate.metrics import calibration, metric_names
@@ -52,6 +54,13 @@ def headline(metrics: dict, collapsed_epochs: Sequence[int] = ()) -> list[Block]
     if warned:
         blocks.append(Para("Guard warnings: " + "; ".join(warned) + "."))
     return blocks + [Table(["guard", "status"], [[n, s] for n, s in metrics["guards"].items()])]
+
+
+def lost_alert(ingest: dict) -> list[Block]:
+    """At the top of the report: ingest dropped more than a few percent of the documents it
+    saw (data.ingest_report.LOST_WARN), by reason."""
+    line = lost_line(ingest)
+    return [Alert(line)] if line else []
 
 
 def baseline_section(metrics: dict) -> list[Block]:
@@ -249,8 +258,13 @@ def data_version_section(diff: dict, registry: dict | None, counts: dict) -> lis
         blocks.append(Table(["change", "documents", "per class", "examples"],
                             [[kind, diff[kind]["count"],
                               ", ".join(f"{c} {n}" for c, n in diff[kind]["per_class"].items()),
-                              ", ".join(e["path"] for e in diff[kind]["examples"])]
+                              ", ".join(map(described, diff[kind]["examples"]))]
                              for kind in ("added", "removed", "relabelled", "edited")]))
+        dropped = diff["removed"].get("dropped_at_ingest") or {}
+        if dropped.get("count"):
+            blocks.append(Para(f"Of the removed, {dropped['count']} are still in the source: ingest dropped "
+                               "them (" + ", ".join(f"{r} {n}" for r, n in dropped["per_reason"].items())
+                               + "; `ingest_report.json` says with which documents)."))
     if registry and registry.get("champion_comparison"):
         blocks += _comparison_blocks(registry["champion_comparison"])
     if registry and registry.get("history"):
