@@ -65,6 +65,9 @@ def test_a_tag_whose_dvc_lock_predates_its_data_is_refused_and_a_dropped_documen
     assert f"{rel} (dropped at ingest: near_duplicate_conflict with sport/near_copy.txt)" in shown.stdout
     assert "removed but still in the source, dropped at ingest: 1 (near_duplicate_conflict 1)" in shown.stdout
 
+    unknown = datadiff(repo, "data-v0", "data-v2")
+    assert unknown.returncode == 1 and "could not be read (unknown Git revision 'data-v0')" in unknown.stderr
+
     write_params(repo / "params.yaml", split={"seed": 7})  # a params change without `dvc repro`
     changed = datadiff(repo, "data-v2", "workspace")
     assert changed.returncode == 1

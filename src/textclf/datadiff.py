@@ -45,12 +45,10 @@ def reader(rev: str, repo: str) -> Read:
     from dvc.api import DVCFileSystem  # here: `--help` stays fast
 
     fs = DVCFileSystem(repo, rev=rev)
+    _ = fs.repo  # an unknown revision fails here (RevError), not as "absent" at every exists()
 
-    def at_rev(path: str) -> bytes | None:
-        try:
-            return fs.read_bytes(path)
-        except FileNotFoundError:
-            return None
+    def at_rev(path: str) -> bytes | None:  # a path that exists but cannot be read: not in the cache
+        return fs.read_bytes(path) if fs.exists(path) else None
     return at_rev
 
 
@@ -135,7 +133,7 @@ def read_version(rev: str, path: str, repo: str, report: str = INGEST_REPORT) ->
         check_lock(rev, read, path)
         data = read(path)
         ingest = json.loads(read(report) or b"{}")
-    except (DvcException, SCMError) as err:
+    except (DvcException, SCMError, FileNotFoundError) as err:
         first = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise UserError(f"{path} at revision {rev!r} could not be read ({first}); check the "
                         "revision (git tag, commit, branch), and `dvc pull` if its data is on a "
