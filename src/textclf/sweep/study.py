@@ -86,10 +86,10 @@ def counted(study: optuna.Study) -> list:
 
 def left_running(study: optuna.Study, status: str | None = None) -> tuple[list, dict[str, str]]:
     """Trials this machine ran whose sweep died (a SIGKILL, a lost session), against `dvc queue
-    status` (asked when there are any) -> (those DVC's queue still has queued, running or finished: taken over, to be
-    waited for and scored; {experiment: state} of them). The others (Failed, or no longer in
-    the queue) are not counted, so the same command runs them again. The queue's workers
-    outlive the sweep: a trial is dead only when DVC says so."""
+    status` (asked when there are any) -> (those DVC's queue still has queued, running or
+    finished: taken over, to be waited for and scored; {experiment: state} of them). The others
+    (Failed, or no longer in the queue) are not counted, so the same command runs them again.
+    The queue's workers outlive the sweep: a trial is dead only when DVC says so."""
     host, live = socket.gethostname(), []
     dead = [t for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
             if t.user_attrs.get("host") == host and t.user_attrs.get("pid")
@@ -108,8 +108,8 @@ def left_running(study: optuna.Study, status: str | None = None) -> tuple[list, 
                         t.number, name, state, "scoring it" if state == "Success" else "waiting for it")
         else:
             study.tell(t.number, state=TrialState.FAIL, skip_if_finished=True)  # no reason: not counted
-            log.warning("trial %d (%s) was left running by a sweep that died, and DVC's queue has it %s: "
-                        "run again", t.number, name, "Failed" if state == "Failed" else f"{state} (not running)")
+            log.warning("trial %d (%s) was left running by a sweep that died, and DVC's queue %s: run again",
+                        t.number, name, "no longer lists it" if state == "gone" else f"has it {state}")
     taken = {t.user_attrs["experiment"] for t in live}
     return live, {n: s for n, s in states.items() if n in taken}
 
