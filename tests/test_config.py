@@ -33,7 +33,7 @@ def test_mistyped_key_names_key_and_suggests_close_match(tmp_path):
 
 def test_unknown_key_without_close_match_lists_known_keys(tmp_path):
     path = params_file(tmp_path, "ingest:\n  zzzzzz: 1\n")
-    with pytest.raises(ValueError, match=r"ingest\.zzzzzz.*Known keys: id_column, label_column, label_delimiter, max_bytes, min_per_class, near_duplicates, source, task, text_column"):
+    with pytest.raises(ValueError, match=r"ingest\.zzzzzz.*Known keys: id_column, label_column, label_delimiter, max_bytes, min_per_class, near_duplicates, small_classes, source, task, text_column"):
         load_params(path)
 
 
@@ -138,7 +138,7 @@ def test_flatten(tmp_path):
     assert not any(isinstance(v, dict) for v in flat.values())
     assert {k.split(".")[0] for k in flat} == set(SECTIONS)
     assert flat["model.textcnn.kernel_sizes"] == [2, 3, 4]  # nested sections flatten too
-    assert len(flat) == (9 + 5) + 3 + (3 + 2) + (8 + 2) + 28 + 5 + 9 + 2 + 7
+    assert len(flat) == (10 + 5) + 3 + (3 + 2) + (8 + 2) + 28 + 5 + 9 + 2 + 7
 
 
 def test_repo_params_yaml_loads():

@@ -274,10 +274,10 @@ def test_skipped_rows_are_listed_by_physical_line_and_duplicate_ids_with_file_an
 def test_many_small_classes_are_named_a_few_and_counted():
     from collections import Counter
 
-    from textclf.data.corpus import _check_classes
+    from textclf.data.class_sizes import check_classes
 
     with pytest.raises(UserError) as err:
-        _check_classes(Counter({f"class-{i:04d}": 1 + i % 3 for i in range(1000)}), 5)
+        check_classes(Counter({f"class-{i:04d}": 1 + i % 3 for i in range(1000)}), 5)
     message = str(err.value)
     assert len(message) < 300, message
     assert "{'class-0000': 1, 'class-0003': 1, 'class-0006': 1, 'class-0009': 1, 'class-0012': 1} " \

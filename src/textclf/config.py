@@ -49,6 +49,9 @@ class IngestParams(Section):
     tsv_quoting: bool = False
     max_bytes: int = ranged(1_000_000, 1)  # larger files (or texts, in tables) are skipped (and counted)
     min_per_class: int = ranged(5, 1)  # fewer kept documents in a class is an error
+    # drop: such a class's documents are dropped instead (counted: small_class), for a table
+    # whose rows cannot be edited; fail names the classes and stops
+    small_classes: Literal["fail", "drop"] = "fail"
     near_duplicates: NearDuplicateParams = field(default_factory=NearDuplicateParams)
     # multilabel: tables whose label cell holds several labels (a JSON list in JSON Lines, a
     # list column in Parquet, or labels joined by label_delimiter); never guessed from the data

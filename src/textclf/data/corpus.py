@@ -25,6 +25,7 @@ import pandas as pd
 from textclf.config import NearDuplicateParams, load_params
 from textclf.common import UserError, atomic_path, temp_beside, write_json
 from textclf.data.ingest_report import IngestReport, SkipReason
+from textclf.data.class_sizes import check_classes, drop_small_classes
 from textclf.data.labelsets import MULTILABEL, per_label
 from textclf.data.ledger import SCHEMA, Ledger
 from textclf.data.near_dups import NearDuplicates, group_sketched, sketch_and_keys
@@ -167,19 +168,6 @@ def _group_near_duplicates(ledger: Ledger, order: np.ndarray, params: NearDuplic
     return order[keep], renumbered[np.asarray(found.group_of, np.int64)[keep]]
 
 
-def _check_classes(per_class: Counter, min_per_class: int) -> None:
-    small = sorted((n, c) for c, n in per_class.items() if n < min_per_class)
-    if small:  # the 5 smallest named, the rest counted: 1 000 classes made a 15 000-character line
-        more = f" and {len(small) - 5} more" if len(small) > 5 else ""
-        raise UserError(
-            f"class(es) {dict((c, n) for n, c in small[:5])}{more} have fewer than "
-            f"ingest.min_per_class={min_per_class} documents after cleaning; add documents, remove "
-            "the class (its folder or rows), or lower ingest.min_per_class.")
-    if len(per_class) < 2:
-        raise UserError(f"found {len(per_class)} class(es) {sorted(per_class)}; a classifier needs "
-                        "at least two classes (class folders under ingest.source, or label values).")
-
-
 def _folder_docs(source: Path, max_bytes: int, report: IngestReport, ledger: Ledger) -> set[str]:
     """A folder (or archive) of class folders -> the ledger; returns the class folder names."""
     class_folders = set()
@@ -233,7 +221,7 @@ def _table_docs(files: list[Path], columns: Columns, max_bytes: int, report: Ing
 
 def write_corpus(source: Path | str, out: Path | str, max_bytes: int, min_per_class: int,
                  near_duplicates: NearDuplicateParams = NearDuplicateParams(),
-                 columns: Columns = Columns()) -> IngestReport:
+                 columns: Columns = Columns(), small_classes: str = "fail") -> IngestReport:
     """A folder of class folders (or an archive of one), or table files (data.tables) ->
     the corpus parquet at `out` (written atomically); returns the accounting report.
     Tables keep their row order; a folder's documents are sorted by path."""
@@ -257,13 +245,19 @@ def write_corpus(source: Path | str, out: Path | str, max_bytes: int, min_per_cl
         ledger.close()
         order = ledger.dedupe(report)  # a folder's entries came sorted by path
         order, group_of = _group_near_duplicates(ledger, order, near_duplicates, report)
-        per_class = Counter(ledger.labels[i] for i in order.tolist())
-        if columns.multilabel:  # documents per label; a label set is no class
-            per_class = per_label(per_class)
+        if columns.multilabel:  # a label set is no class: its labels are
             class_folders = set(per_label(Counter(class_folders)))
+        if small_classes == "drop":
+            labels = [ledger.labels[i] for i in order.tolist()]
+            order, group_of = drop_small_classes(labels, order, group_of, class_folders, min_per_class,
+                                                 columns.multilabel, report)
+            class_folders -= set(report.dropped_classes or ())
+        per_class = Counter(ledger.labels[i] for i in order.tolist())
+        if columns.multilabel:  # documents per label
+            per_class = per_label(per_class)
         report.finish(len(order), per_class, Counter(ledger.encodings))  # encodings: before de-duplication
         # A class folder whose every file was skipped still counts, with 0 documents.
-        _check_classes(Counter({c: per_class.get(c, 0) for c in class_folders}), min_per_class)
+        check_classes(Counter({c: per_class.get(c, 0) for c in class_folders}), min_per_class)
         ledger.write(tmp, order, group_of, MULTILABEL if columns.multilabel else "")
     return report
 
@@ -282,7 +276,7 @@ def run_ingest(paths: IngestPaths) -> None:
     columns = Columns(params.text_column, params.label_column, params.id_column, params.tsv_quoting,
                       params.task == MULTILABEL, params.label_delimiter)
     report = write_corpus(params.source, paths.corpus, params.max_bytes, params.min_per_class,
-                          params.near_duplicates, columns)
+                          params.near_duplicates, columns, params.small_classes)
     write_json(paths.report, report.to_json())
     logging.getLogger("ingest").info("seen %d %s, kept %d in %d classes, skipped %s", report.seen,
                                      report.unit, report.kept, len(report.per_class), report.counts())
@@ -290,10 +284,10 @@ def run_ingest(paths: IngestPaths) -> None:
 
 def build_corpus(source: Path | str, max_bytes: int, min_per_class: int,
                  near_duplicates: NearDuplicateParams = NearDuplicateParams(),
-                 columns: Columns = Columns()) -> tuple[pd.DataFrame, dict[str, Any]]:
+                 columns: Columns = Columns(), small_classes: str = "fail") -> tuple[pd.DataFrame, dict[str, Any]]:
     """write_corpus, read back: (the corpus table, the accounting report as ingest_report.json
     holds it)."""
     with tempfile.TemporaryDirectory(prefix="textclf-corpus-") as tmp:
         report = write_corpus(source, Path(tmp) / "corpus.parquet", max_bytes, min_per_class,
-                              near_duplicates, columns)
+                              near_duplicates, columns, small_classes)
         return pd.read_parquet(Path(tmp) / "corpus.parquet"), report.to_json()

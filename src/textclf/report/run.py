@@ -2,6 +2,7 @@
 report.html, and log them into the training run."""
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,8 +14,8 @@ from textclf.common import read_json
 from textclf.report import figures
 from textclf.report.document import Figure, Heading, to_html, to_markdown
 from textclf.report.sections import (baseline_section, calibration_section, data_section,
-                                     data_version_section, headline, lineage_section, lost_alert,
-                                     mistakes_section, results_section, serving_section)
+                                     data_version_section, dropped_classes, headline, lineage_section,
+                                     lost_alert, mistakes_section, results_section, serving_section)
 from textclf.tracking.runs import add_to_run, dataset_sources, lock_hashes, log_datasets
 from textclf.tracking.store import training_run
 
@@ -51,9 +52,10 @@ def build(paths: ReportPaths, run: dict) -> tuple[list, bytes]:
     predictions = pd.read_parquet(paths.predictions)
     curve = pd.read_csv(paths.curve)
     collapsed = curve.loc[curve["collapsed"] == 1, "epoch"].tolist()
-    blocks = [Heading("Training report", 1)] + headline(metrics, collapsed)
-    blocks += lost_alert(read_json(paths.ingest_report))  # ingest dropped more than a few percent of what it saw
-    blocks += data_section(read_json(paths.ingest_report), read_json(paths.token_stats),
+    ingest = read_json(paths.ingest_report)
+    blocks = [Heading("Training report", 1)] + headline(metrics, collapsed) + dropped_classes(ingest)
+    blocks += lost_alert(ingest)  # ingest dropped more than a few percent of what it saw
+    blocks += data_section(ingest, read_json(paths.token_stats),
                            read_json(paths.split_counts), pd.read_csv(paths.histogram))
     blocks += results_section(curve, metrics)
     blocks += baseline_section(metrics)
@@ -68,6 +70,13 @@ def build(paths: ReportPaths, run: dict) -> tuple[list, bytes]:
     return blocks, confusion
 
 
+def ingest_tags(ingest: dict) -> dict[str, str]:
+    """The classes ingest dropped (ingest.small_classes: drop), as a tag of the training run:
+    its page names them (a tag holds 8 000 characters; the logged ingest_report.json, all)."""
+    dropped = ingest.get("dropped_classes")
+    return {"ingest.dropped_classes": json.dumps(dropped, ensure_ascii=False)[:8000]} if dropped else {}
+
+
 def run(paths: ReportPaths) -> None:
     """The stage."""
     training = training_run(paths.run_file)  # fail in one line, before the work
@@ -78,5 +87,6 @@ def run(paths: ReportPaths) -> None:
     if paths.corpus not in dataset_sources(training):
         log_datasets(training["run_id"], {"corpus": paths.corpus}, "source")
     logged = (paths.out_html, paths.out_md, paths.confusion_png, paths.ingest_report)
-    add_to_run(training, artifact_path="report", artifacts=logged)
+    add_to_run(training, tags=ingest_tags(read_json(paths.ingest_report)), artifact_path="report",
+               artifacts=logged)
     log.info("wrote %s and %s; logged them to MLflow run %s", paths.out_md, paths.out_html, training["run_id"])

@@ -56,6 +56,19 @@ def headline(metrics: dict, collapsed_epochs: Sequence[int] = ()) -> list[Block]
     return blocks + [Table(["guard", "status"], [[n, s] for n, s in metrics["guards"].items()])]
 
 
+def dropped_classes(ingest: dict) -> list[Block]:
+    """The classes ingest dropped (`ingest.small_classes: drop`), in the headline: the model
+    never saw them, so it cannot predict them."""
+    dropped = ingest.get("dropped_classes")
+    if not dropped:
+        return []
+    named = ", ".join(f"{c} ({n})" for c, n in list(dropped.items())[:10])
+    more = f" and {len(dropped) - 10} more" if len(dropped) > 10 else ""
+    return [Alert(f"ingest dropped {len(dropped)} class(es) below ingest.min_per_class, "
+                  f"{ingest['skipped'].get('small_class', 0)} documents (`ingest.small_classes: drop`): "
+                  f"{named}{more}; the model cannot predict them.")]
+
+
 def lost_alert(ingest: dict) -> list[Block]:
     """At the top of the report: ingest dropped more than a few percent of the documents it
     saw (data.ingest_report.LOST_WARN), by reason."""
