@@ -1,4 +1,5 @@
 """Batching, schedules, device selection and the step loop (fast)."""
+import inspect
 import json
 import subprocess
 import sys
@@ -243,6 +244,21 @@ def test_train_steps_stops_after_max_steps_and_fit_pieces_compose():
     assert 0 < loss_sum.item() / steps < 5
     _, steps = train_steps(job, scheduler, loader)
     assert steps == len(loader)  # no max_steps: one full pass
+
+
+def test_fit_and_train_steps_take_one_job_not_its_parts():
+    """fit took 13 parameters and train_steps 12, the same values threaded through both: a
+    TrainJob is what a training is, and fit needs nothing else (on_epoch included)."""
+    assert list(inspect.signature(fit).parameters) == ["job"]
+    assert list(inspect.signature(train_steps).parameters) == ["job", "scheduler", "loader", "span"]
+    rng = np.random.default_rng(0)
+    ids = [rng.integers(1, 50, size=rng.integers(3, 12)).tolist() for _ in range(12)]
+    train = Split(ids, rng.integers(0, 3, size=12).tolist())
+    torch.manual_seed(0)
+    model = BagOfEmbeddings()
+    kept = fit(TrainJob(model, torch.optim.SGD(model.parameters(), lr=0.1), train, train,
+                        TrainParams(epochs=1, batch_size=4), 0, make_accelerator()))
+    assert kept is model  # no callbacks, no checkpointer: the defaults train and keep the last epoch
 
 
 def row(epoch: int, f1: float, loss: float) -> dict:
