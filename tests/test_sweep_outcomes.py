@@ -66,7 +66,7 @@ def test_a_trial_dvc_restored_from_its_run_cache_is_scored_from_the_run_that_tra
 
 def test_chance_is_what_a_predictor_that_never_reads_the_texts_scores():
     assert chance("val_macro_f1", DEMO)["value"] == pytest.approx(0.2)  # 1/K beats always "politics"
-    assert "always the majority class: 0.0941" in chance("val_macro_f1", DEMO)["what"]
+    assert "always the majority class scores 0.0941" in chance("val_macro_f1", DEMO)["what"]
     shares = [3 / 13, 2 / 13, 4 / 13, 3 / 13, 1 / 13]
     import math
     assert chance("val_loss", DEMO)["value"] == pytest.approx(-sum(p * math.log(p) for p in shares))

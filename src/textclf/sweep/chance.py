@@ -33,8 +33,8 @@ def chance(objective: str, counts: dict, class_weights: str = "none") -> dict | 
             return {"value": sum(2 * p / (1 + p) for p in shares) / k,
                     "what": f"every one of the {k} labels for every document"}
         majority = 2 * max(shares) / (1 + max(shares)) / k
-        return {"value": 1 / k, "what": f"guessing in proportion to the {k} classes "
-                                        f"(always the majority class: {majority:.4f})"}
+        return {"value": 1 / k, "what": f"guessing in proportion to the {k} classes; "
+                                        f"always the majority class scores {majority:.4f}"}
     if class_weights != "none":
         return None
     if multilabel:
