@@ -4,7 +4,9 @@ the tiny RANDOM BERT from conftest: these tests check wiring and numerical parit
 import dataclasses
 import json
 import logging
+from pathlib import Path
 
+import mlflow
 import numpy as np
 import pytest
 import torch
@@ -18,6 +20,8 @@ from textclf.inference.predictor import Predictor
 from textclf.inference.proba import predict_proba
 from textclf.model.export import export_model
 from textclf.model.modeling import build_model, load_classifier, load_tokenizer, pad_id, save_model
+from textclf.report.document import to_markdown
+from textclf.report.sections import serving_section
 
 from conftest import run_baseline, run_evaluate, run_train, write_params
 
@@ -78,9 +82,10 @@ def test_serve_format_torch_exports_nothing_and_a_torch_folder_is_no_onnx_model(
         OnnxPredictor(folder)
 
 
-def broken_export(folder, export_dir) -> None:
+def broken_export(folder, export_dir, name: str | None = None) -> None:
     """An export whose head answers the first class for every text: what a broken exporter
-    or a quantization that ruins a model (Optimum #151) would serve."""
+    or a quantization that ruins a model (Optimum #151) would serve. `name`: the file to
+    replace (by default the one export.json names)."""
     model, _ = __import__("textclf.model.modeling", fromlist=["x"]).load_classifier(folder)
     with torch.no_grad():
         head = model.hf.classifier
@@ -88,7 +93,7 @@ def broken_export(folder, export_dir) -> None:
         head.bias.copy_(torch.arange(head.bias.numel(), 0, -1).float())
     from textclf.model.checksums import write_checksums
     from textclf.model.export import export_float
-    export_float(model, export_dir / json.loads((export_dir / "export.json").read_text())["file"])
+    export_float(model, export_dir / (name or json.loads((export_dir / "export.json").read_text())["file"]))
     write_checksums(export_dir)  # as the exporter writes them: the file is broken, not damaged
 
 
@@ -127,6 +132,66 @@ def test_an_export_that_disagrees_is_not_served(prepared, caplog):
     assert (onnx_model.experiment_id, onnx_model.source_run_id) == (run.info.experiment_id, run.info.run_id)
     versions = mlflow.MlflowClient().search_model_versions("name='textclf'")
     assert {int(v.version): v.source for v in versions} == {1: good["mlflow"]["model_uri"], 2: bad["model_uri"]}
+
+
+def evaluate_export(p: list[str], metrics: str) -> dict:
+    """The evaluate stage alone on the export folder as it is -> metrics.json's serving."""
+    from stages import evaluate
+    evaluate.main(p + ["--tokens", "t.parquet", "--splits", "sp.parquet", "--model-dir", "model",
+                       "--run-file", "run.json", "--guards", "guards.json", "--baseline", "b.json",
+                       "--baseline-predictions", "bp.parquet", "--corpus", "c.parquet", "--export", "export",
+                       "--data-diff", "diff.json", "--metrics", metrics, "--confusion", "conf.csv",
+                       "--per-class", "pc.csv", "--predictions", "pred.parquet"])
+    return json.loads(Path(metrics).read_text())["serving"]
+
+
+def test_int8_that_disagrees_falls_back_to_float32_then_pytorch(prepared, caplog):
+    """serve.format onnx-int8 keeps the float32 file beside int8; evaluate serves int8 when it
+    agrees, float32 when int8 does not (one warning line, the reason in metrics.json, MLflow),
+    PyTorch when neither does. The logged model holds the served file alone and names it."""
+    from stages import export
+    tmp, p = prepared
+    write_params(tmp / "params.yaml", serve={"format": "onnx-int8", "min_agreement": 0.0})
+    run_train(p)
+    run_baseline(p)
+    export.main(p + ["--model-dir", "model", "--out", "export"])
+    meta = json.loads((tmp / "export" / "export.json").read_text())
+    assert (meta["file"], meta["fallback"]) == ("model.int8.onnx", {"format": "onnx", "file": "model.onnx"})
+    int8 = evaluate_export(p, "m1.json")  # every format passes at min_agreement 0: int8 is served
+    assert (int8["format"], int8["fallback"], list(int8["checks"])) == ("onnx-int8", None, ["onnx-int8"])
+    logged = load_predictor(int8["model_uri"])
+    assert isinstance(logged, OnnxPredictor) and logged.format == "onnx-int8"
+
+    write_params(tmp / "params.yaml", serve={"min_agreement": 0.99})
+    broken_export(tmp / "model", tmp / "export", "model.int8.onnx")  # int8 answers one class
+    with caplog.at_level(logging.WARNING):
+        f32 = evaluate_export(p, "m2.json")
+    assert (f32["requested"], f32["format"], f32["agreement"]) == ("onnx-int8", "onnx", 1.0)
+    assert f32["checks"]["onnx-int8"]["agreement"] < 0.99 and f32["checks"]["onnx"]["fallback"] is None
+    assert "agree with PyTorch's, below serve.min_agreement 99.00%" in f32["fallback"]
+    assert [r for r in caplog.records if r.message.startswith("serving onnx, not onnx-int8: ")]
+    served = mlflow.artifacts.download_artifacts(
+        artifact_uri=mlflow.get_logged_model(f32["model_uri"].split("/")[-1]).artifact_location)
+    folder = next(Path(served).rglob("export.json")).parent
+    assert sorted(f.name for f in folder.iterdir()) == ["checksums.json", "export.json", "model.onnx",
+                                                        "tokenizer.json"]
+    assert (json.loads((folder / "export.json").read_text())["file"], load_predictor(f32["model_uri"]).format) \
+        == ("model.onnx", "onnx")
+    run = mlflow.get_run(json.loads((tmp / "run.json").read_text())["run_id"])
+    assert (run.data.tags["serve.format"], run.data.tags["serve.fallback"]) == ("onnx", f32["fallback"])
+    report = to_markdown(serving_section(json.loads((tmp / "m2.json").read_text())))
+    assert f"onnx-int8: {f32['checks']['onnx-int8']['agreement']:.2%} of predicted labels agree" in report
+    assert "onnx: 100.00% of predicted labels agree" in report
+    assert "; the onnx export beside it is." in report and "Served: **onnx**" in report
+
+    broken_export(tmp / "model", tmp / "export", "model.onnx")  # float32 too
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        neither = evaluate_export(p, "m3.json")
+    assert neither["format"] == "torch" and neither["model_uri"] == json.loads(
+        (tmp / "m3.json").read_text())["mlflow"]["torch_model_uri"]
+    assert neither["fallback"].startswith("onnx-int8: ") and "; onnx: " in neither["fallback"]
+    assert [r for r in caplog.records if r.message.startswith("serving PyTorch, not onnx-int8 or onnx: ")]
 
 
 def test_an_export_of_another_format_fails_in_one_line(prepared):

@@ -1,11 +1,14 @@
 """The exported model checked against the PyTorch one on the test split, at every evaluate:
 the share of predicted labels that agree, the largest probability difference, and the paired
 verdict (McNemar + bootstrap, as against the baseline). A format that is significantly worse,
-or agrees on fewer labels than serve.min_agreement, is not what gets logged and served: the
-stage serves PyTorch and says why (one warning line, metrics.json, MLflow, the report)."""
+or agrees on fewer labels than serve.min_agreement, is not what gets logged and served: int8
+falls back to the float32 export beside it, that to PyTorch, and the stage says why (one
+warning line naming each fallback, metrics.json, MLflow, the report). The logged model is a
+folder of the served format alone (model.export.format_folder): it runs the file it names."""
 from __future__ import annotations
 
 import logging
+import tempfile
 from pathlib import Path
 
 import mlflow
@@ -17,32 +20,19 @@ from textclf.evaluate.champion import read_texts
 from textclf.evaluate.comparison import WORSE, compare
 from textclf.inference.onnx_predictor import OnnxPredictor
 from textclf.inference.serving import log_pyfunc
+from textclf.model.export import format_folder
 from textclf.model.exported import read_export
 
 log = logging.getLogger(__name__)
 EXAMPLES = 3  # test texts in the logged model's input example
 
 
-def check_export(export_dir: str, input_ids, y_true: np.ndarray, torch_probs: np.ndarray,
-                 labels: list[str], serve: ServeParams, cfg: EvaluateParams,
-                 owner: np.ndarray | None = None, answer=None) -> dict:
-    """-> {requested, format (what is served), agreement, max_prob_diff, accuracy, verdict,
-    comparison, fallback (why PyTorch is served instead, or None)}. Per document: with chunks
-    (`owner`, each row's document) the export pools its windows as PyTorch did. `answer`:
-    (N, C) probabilities -> each document's answer, compared with y_true (by default the
-    most probable class; a multi-label model's: its label set)."""
-    requested = read_export(export_dir)["format"]
-    if requested != serve.format:
-        raise UserError(f"{export_dir} holds a {requested} export, but serve.format is "
-                        f"{serve.format}: rerun `dvc repro export`.")
-    if requested == "torch":
-        return {"requested": "torch", "format": "torch", "fallback": None}
-    exported = OnnxPredictor(export_dir, cfg.batch_size)
-    if exported.labels != labels:
-        raise UserError(f"{export_dir} was exported from a model with the classes "
-                        f"{exported.labels}, not {labels}: rerun `dvc repro export`.")
+def check_format(folder: Path, input_ids, y_true: np.ndarray, torch_probs: np.ndarray, labels: list[str],
+                 serve: ServeParams, cfg: EvaluateParams, owner, answer) -> dict:
+    """One exported format (a format_folder) against PyTorch -> {format, agreement,
+    max_prob_diff, accuracy, verdict, comparison, reasons (why it is not served; empty: it is)}."""
+    exported = OnnxPredictor(folder, cfg.batch_size)
     probs = exported.proba_of_ids(input_ids, owner)  # (N, C), the same token ids as PyTorch's
-    answer = answer or (lambda p: p.argmax(axis=1))
     ours, theirs = answer(probs), answer(torch_probs)
     agreement = float((ours == theirs).mean())
     cmp = compare(ours == y_true, theirs == y_true, cfg.bootstrap, cfg.seed, cfg.alpha)
@@ -53,12 +43,61 @@ def check_export(export_dir: str, input_ids, y_true: np.ndarray, torch_probs: np
     if cmp["verdict"] == WORSE:
         reasons.append(f"significantly worse than PyTorch on the test split ({cmp['difference']:+.1%}, "
                        f"McNemar p = {cmp['mcnemar_p']:.3g})")
-    if reasons:
-        log.warning("serving PyTorch, not %s: %s", requested, "; ".join(reasons))
-    return {"requested": requested, "format": "torch" if reasons else requested,
-            "agreement": agreement, "max_prob_diff": float(np.abs(probs - torch_probs).max()),
-            "accuracy": float((ours == y_true).mean()), "verdict": cmp["verdict"],
-            "comparison": cmp, "fallback": "; ".join(reasons) or None}
+    return {"format": exported.format, "agreement": agreement,
+            "max_prob_diff": float(np.abs(probs - torch_probs).max()),
+            "accuracy": float((ours == y_true).mean()), "verdict": cmp["verdict"], "comparison": cmp,
+            "reasons": reasons}
+
+
+def check_export(export_dir: str, input_ids, y_true: np.ndarray, torch_probs: np.ndarray,
+                 labels: list[str], serve: ServeParams, cfg: EvaluateParams,
+                 owner: np.ndarray | None = None, answer=None) -> dict:
+    """-> {requested, format (what is served), agreement, max_prob_diff, accuracy, verdict,
+    comparison (of the served export; PyTorch served: of the requested one), fallback (why the
+    requested format is not served, or None), checks (each format checked: its agreement,
+    max_prob_diff, accuracy, verdict, fallback)}. The chain: the requested format, then
+    (int8) the float32 export beside it, then PyTorch. Per document: with chunks (`owner`, each
+    row's document) the export pools its windows as PyTorch did. `answer`: (N, C) probabilities
+    -> each document's answer, compared with y_true (by default the most probable class; a
+    multi-label model's: its label set)."""
+    meta = read_export(export_dir)
+    requested = meta["format"]
+    if requested != serve.format:
+        raise UserError(f"{export_dir} holds a {requested} export, but serve.format is "
+                        f"{serve.format}: rerun `dvc repro export`.")
+    if requested == "torch":
+        return {"requested": "torch", "format": "torch", "fallback": None}
+    if list(meta["labels"]) != labels:
+        raise UserError(f"{export_dir} was exported from a model with the classes "
+                        f"{meta['labels']}, not {labels}: rerun `dvc repro export`.")
+    chain = [requested] + ([meta["fallback"]["format"]] if meta.get("fallback") else [])
+    checks = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for fmt in chain:  # the next format only when this one is not served
+            folder = format_folder(export_dir, fmt, Path(tmp) / fmt)
+            checks.append(check_format(folder, input_ids, y_true, torch_probs, labels, serve, cfg, owner,
+                                       answer or (lambda p: p.argmax(axis=1))))
+            if not checks[-1]["reasons"]:
+                break
+    return chain_result(requested, checks)
+
+
+def chain_result(requested: str, checks: list[dict]) -> dict:
+    """The checks of the chain, in order (the last one passed, or none did) -> check_export's
+    answer; one warning line naming each format not served and why."""
+    failed = [c for c in checks if c["reasons"]]
+    why = {c["format"]: "; ".join(c["reasons"]) for c in failed}
+    fallback = ("; ".join(why.values()) if len(why) == 1 else
+                "; ".join(f"{fmt}: {reason}" for fmt, reason in why.items())) or None
+    served = None if len(failed) == len(checks) else checks[-1]
+    if fallback:
+        log.warning("serving %s, not %s: %s", served["format"] if served else "PyTorch", " or ".join(why), fallback)
+    shown = served or checks[0]
+    return {"requested": requested, "format": served["format"] if served else "torch",
+            **{k: shown[k] for k in ("agreement", "max_prob_diff", "accuracy", "verdict", "comparison")},
+            "fallback": fallback,
+            "checks": {c["format"]: {**{k: c[k] for k in ("agreement", "max_prob_diff", "accuracy", "verdict")},
+                                     "fallback": why.get(c["format"])} for c in checks}}
 
 
 def served_model(export_dir: str, model_dir: str, corpus: str, doc_ids: list[str],
@@ -68,8 +107,15 @@ def served_model(export_dir: str, model_dir: str, corpus: str, doc_ids: list[str
     PyTorch one otherwise)."""
     if serving["format"] == "torch":
         return training["model_uri"]
+    with tempfile.TemporaryDirectory() as tmp:  # the served format alone: what the model runs
+        return _log_served(format_folder(export_dir, serving["format"], Path(tmp) / serving["format"]),
+                           model_dir, corpus, doc_ids, serving, training)
+
+
+def _log_served(export_dir: Path, model_dir: str, corpus: str, doc_ids: list[str], serving: dict,
+                training: dict) -> str:
     mlflow.set_tracking_uri(training["tracking_uri"])
-    md5 = file_md5(Path(export_dir) / read_export(export_dir)["file"])
+    md5 = file_md5(export_dir / read_export(export_dir)["file"])
     logged = mlflow.MlflowClient().search_logged_models(  # an evaluate rerun: logged already
         experiment_ids=[training["experiment_id"]], max_results=1,
         filter_string=f"source_run_id = '{training['run_id']}' AND tags.export_md5 = '{md5}'")

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import shutil
-import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,10 +20,10 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 
-from textclf.common import atomic_path, read_json, write_json
+from textclf.common import UserError, atomic_path, read_json, write_json
 from textclf.config import load_params
-from textclf.model.checksums import write_checksums
-from textclf.model.exported import EXPORT_FILE, ONNX_FILES, TOKENIZER_FILE
+from textclf.model.checksums import verify_folder, write_checksums
+from textclf.model.exported import EXPORT_FILE, ONNX_FILES, TOKENIZER_FILE, read_export
 from textclf.model.modeling import is_multilabel_model, load_classifier, load_thresholds, load_tokenizer, pad_id
 
 log = logging.getLogger(__name__)
@@ -67,27 +66,26 @@ def quantize_int8(source: Path, target: Path) -> None:
 
 
 def export_model(model_dir: str | Path, out_dir: str | Path, fmt: str) -> dict:
-    """models/model -> out_dir holding ONNX_FILES[fmt], tokenizer.json and export.json; for
-    serve.format torch only export.json, which says so. Written atomically -> export.json."""
+    """models/model -> out_dir holding ONNX_FILES[fmt], tokenizer.json and export.json; int8
+    keeps the float32 file too (export.json's `fallback`); for serve.format torch only
+    export.json, which says so. Written atomically -> export.json."""
     model_dir = Path(model_dir)
     params = read_json(model_dir / "params.json")
     with atomic_path(out_dir, folder=True) as tmp:
         meta: dict = {"format": fmt}
         if fmt in ONNX_FILES:
             model, labels = load_classifier(model_dir)
-            with tempfile.TemporaryDirectory() as scratch:
-                fp32 = Path(scratch) / ONNX_FILES["onnx"]
-                export_float(model, fp32)
-                if fmt == "onnx-int8":
-                    quantize_int8(fp32, tmp / ONNX_FILES[fmt])
-                else:
-                    shutil.move(fp32, tmp / ONNX_FILES[fmt])
+            export_float(model, tmp / ONNX_FILES["onnx"])
+            if fmt == "onnx-int8":  # the float32 file stays: evaluate serves it when int8 disagrees
+                quantize_int8(tmp / ONNX_FILES["onnx"], tmp / ONNX_FILES[fmt])
             shutil.copyfile(model_dir / TOKENIZER_FILE, tmp / TOKENIZER_FILE)
             meta.update(file=ONNX_FILES[fmt], labels=labels, head=params["model"]["head"],
                         max_length=params["tokenize"]["max_length"],
                         truncation=params["tokenize"]["truncation"],
                         pad_id=pad_id(load_tokenizer(str(model_dir))), opset=OPSET,
                         torch=torch.__version__.split("+")[0])
+            if fmt == "onnx-int8":
+                meta["fallback"] = {"format": "onnx", "file": ONNX_FILES["onnx"]}
             if is_multilabel_model(model):  # sigmoid per label, cut at its threshold (onnx_predictor)
                 meta.update(task="multilabel", thresholds=load_thresholds(model_dir, labels).tolist())
             if meta["truncation"] == "chunks":  # only then: other exports stay as they were
@@ -97,6 +95,28 @@ def export_model(model_dir: str | Path, out_dir: str | Path, fmt: str) -> dict:
         write_json(tmp / EXPORT_FILE, meta)
         write_checksums(tmp)  # last: every file of the folder, whichever the format wrote
     return meta
+
+
+def format_folder(export_dir: str | Path, fmt: str, out: str | Path) -> Path:
+    """One format of an export alone in `out`: its ONNX file, tokenizer.json, an export.json
+    naming that file and format (no fallback) and checksums.json -> out. What evaluate checks
+    and logs, so that a logged model says which file it runs and carries no other. The source
+    is verified first: a damaged file is refused, never copied under a new checksum."""
+    verify_folder(export_dir)
+    meta = read_export(export_dir)
+    files = {meta["format"]: meta.get("file"), **({meta["fallback"]["format"]: meta["fallback"]["file"]}
+                                                  if meta.get("fallback") else {})}
+    if not files.get(fmt):
+        raise UserError(f"{export_dir} holds no {fmt} model (it holds {', '.join(files)}): rerun "
+                        "`dvc repro export`.")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    for name in (files[fmt], TOKENIZER_FILE):
+        shutil.copyfile(Path(export_dir) / name, out / name)
+    write_json(out / EXPORT_FILE, {**{k: v for k, v in meta.items() if k != "fallback"},
+                                   "format": fmt, "file": files[fmt]})
+    write_checksums(out)
+    return out
 
 
 @dataclass(frozen=True)

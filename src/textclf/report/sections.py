@@ -111,14 +111,17 @@ def serving_section(metrics: dict) -> list[Block]:
     if serving["requested"] == "torch":
         return blocks + [Para(f"`serve.format: torch`: the served model is the PyTorch one "
                               f"(`{serving['model_uri']}`).")]
+    checks = serving.get("checks") or {serving["requested"]: serving}  # each format of the chain checked
+    found = "; ".join(
+        (f"{fmt}: " if len(checks) > 1 else "") + f"{c['agreement']:.2%} of predicted labels agree, largest "
+        f"probability difference {c['max_prob_diff']:.4f}, test accuracy {c['accuracy']:.4f}; paired "
+        f"verdict: {c['verdict']}" for fmt, c in checks.items())
     blocks.append(Para(
         f"`serve.format: {serving['requested']}` checked against PyTorch on the {metrics['n_test']} "
-        f"test documents: {serving['agreement']:.2%} of predicted labels agree, largest probability "
-        f"difference {serving['max_prob_diff']:.4f}, test accuracy {serving['accuracy']:.4f}; paired "
-        f"verdict: {serving['verdict']}. Served: **{serving['format']}** (`{serving['model_uri']}`)."))
+        f"test documents: {found}. Served: **{serving['format']}** (`{serving['model_uri']}`)."))
     if serving["fallback"]:
-        blocks.append(Alert(f"the {serving['requested']} export is not served: {serving['fallback']}; "
-                            "the PyTorch model is."))
+        instead = "the PyTorch model is" if serving["format"] == "torch" else f"the {serving['format']} export beside it is"
+        blocks.append(Alert(f"the {serving['requested']} export is not served: {serving['fallback']}; {instead}."))
     return blocks
 
 
