@@ -137,7 +137,8 @@ def make_scheduler(optimizer: torch.optim.Optimizer, total_steps: int,
 
 def train_steps(job: TrainJob, scheduler, loader: DataLoader, span: Span = Span()) -> tuple[torch.Tensor, int]:
     """The job's optimizer steps over the prepared `loader` (the job's model and optimizer
-    prepared too) that `span` names -> (summed loss, a device tensor; the last step). After
+    prepared too) that `span` names -> (summed loss, a device tensor; the last step, which
+    counts a resumed epoch's earlier steps as the loss counts their loss_start). After
     every step, the job's checkpointer may save. class_weight (C,): each document's loss
     times its class's weight (train.class_weights)."""
     model, optimizer, accelerator, cfg = job.model, job.optimizer, job.accelerator, job.params
