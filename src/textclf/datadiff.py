@@ -85,24 +85,26 @@ def upstream(stages: dict, path: str) -> list[str]:
     return found
 
 
-def mismatch(name: str, stages: dict, read: Read) -> str | None:
-    """How stage `name`'s record in dvc.lock disagrees with the revision's files: a `.dvc`
-    file's hash, another stage's recorded output, or a params value; None where it agrees."""
+def mismatch(name: str, stages: dict, read: Read) -> tuple[str, str] | None:
+    """How stage `name`'s record in dvc.lock disagrees with the revision's files -> ("data",
+    how: a `.dvc` file's hash or another stage's recorded output) or ("params", how); None
+    where it agrees."""
     outs = {out["path"]: (other, out) for other, s in stages.items() for out in s.get("outs", [])}
     for dep in stages[name].get("deps", []):
         path, locked = dep["path"], dep.get("md5")
         if path in outs and outs[path][1].get("md5") != locked:
-            return f"{name} read {path} md5 {locked}, {outs[path][0]} wrote {outs[path][1].get('md5')}"
+            return "data", f"{name} read {path} md5 {locked}, {outs[path][0]} wrote {outs[path][1].get('md5')}"
         tracked = (_yaml(read(f"{path}.dvc"), f"{path}.dvc").get("outs") or [None])[0]
         if tracked and tracked.get("hash") == dep.get("hash") and tracked.get("md5") != locked:
-            return f"{path}.dvc md5 {tracked.get('md5')} vs dvc.lock's {locked} for {name}"
+            return "data", f"{path}.dvc md5 {tracked.get('md5')} vs dvc.lock's {locked} for {name}"
     for file, values in (stages[name].get("params") or {}).items():
         current = _yaml(read(file), file)
         for key, value in values.items():
             now, was = _leaves(key, _lookup(current, key)), _leaves(key, value)
             differ = sorted(k for k in now.keys() | was.keys() if now.get(k) != was.get(k))
             if differ:
-                return f"{file}'s {differ[0]} is {now.get(differ[0])!r}, {name} ran with {was.get(differ[0])!r}"
+                first = differ[0]
+                return "params", f"{file}'s {first} is {now.get(first)!r}, {name} ran with {was.get(first)!r}"
     return None
 
 
@@ -114,12 +116,12 @@ def check_lock(rev: str, read: Read, path: str) -> None:
     for name in upstream(stages, path):
         found = mismatch(name, stages, read)
         if found and rev == WORKSPACE:
-            raise UserError(f"the work tree's dvc.lock was written for other data ({found}): run "
-                            "`dvc repro` before comparing the work tree.")
+            raise UserError(f"the work tree's dvc.lock was written for other {found[0]} ({found[1]}): "
+                            "run `dvc repro` before comparing the work tree.")
         if found:
-            raise UserError(f"{rev}'s dvc.lock was written for other data ({found}): check out {rev}, "
-                            f"run `dvc repro`, commit dvc.lock with the data and move {rev} to that "
-                            f"commit (`git tag -f {rev}` for a tag).")
+            raise UserError(f"{rev}'s dvc.lock was written for other {found[0]} ({found[1]}): check out "
+                            f"{rev}, run `dvc repro`, commit dvc.lock with the data and move {rev} to "
+                            f"that commit (`git tag -f {rev}` for a tag).")
 
 
 def read_version(rev: str, path: str, repo: str, report: str = INGEST_REPORT) -> tuple[pd.DataFrame, dict]:
