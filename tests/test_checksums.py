@@ -152,3 +152,8 @@ def test_the_pyfunc_and_serve_refuse_a_damaged_mlflow_model(tiny_trained, tmp_pa
     assert stopped.value.code == 1 and len(errors) == 1, errors
     assert f"{onnx} is not the file that was saved" in errors[0] and "download the MLflow model again" in errors[0]
     assert "download the MLflow model again" in refused_in_one_line(predict_cli(local))
+    torch_copy = Path(mlflow.artifacts.download_artifacts(run["model_uri"], dst_path=str(tmp_path / "t")))
+    weights = model_folder(str(torch_copy)) / "model.safetensors"
+    damage(weights, 0.8, min(200_000, weights.stat().st_size // 5))
+    with pytest.raises(Exception, match="model.safetensors is not the file that was saved"):
+        mlflow.pyfunc.load_model(str(torch_copy))  # the PyTorch pyfunc train logged
