@@ -75,6 +75,6 @@ def test_the_reports_data_diff_says_why_a_removed_document_went():
     found = {"against_version": 1, **diff(old, new, dropped=dropped_at_ingest(ingest))}
     text = to_markdown(data_version_section(found, None, {}))
     assert "b/1.txt (dropped at ingest: near_duplicate_conflict with s/copy.txt)" in text
-    assert ("Of the removed, 1 are still in the source: ingest dropped them (near_duplicate_conflict 1"
-            in text)
+    assert ("Of the removed, 1 are still in the source: ingest dropped them (near_duplicate_conflict 1), "
+            "e.g. b/1.txt (dropped at ingest: near_duplicate_conflict with s/copy.txt).") in text
     assert any(isinstance(b, Para) for b in data_version_section(found, None, {}))

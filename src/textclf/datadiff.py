@@ -158,7 +158,8 @@ def render(found: dict, old: str, new: str) -> str:
     dropped = found["removed"].get("dropped_at_ingest")
     if dropped:
         reasons = ", ".join(f"{r} {n}" for r, n in dropped["per_reason"].items())
-        lines.append(f"  removed but still in the source, dropped at ingest: {dropped['count']} ({reasons})")
+        lines.append(f"  removed but still in the source, dropped at ingest: {dropped['count']} ({reasons}); "
+                     f"e.g. {', '.join(map(described, dropped['examples']))}")
     for route, n in (found["split_moves"] or {}).get("by_route", {}).items():
         lines.append(f"  changed split {route}: {n}")
     return "\n".join(lines) + "\n"

@@ -127,7 +127,8 @@ def _dropped_summary(rows: pd.DataFrame, examples: int) -> dict:
     """The removed documents ingest read and dropped: counted per reason, a few named."""
     reasons = pd.Series([d["reason"] for d in rows["dropped"]], dtype=object).value_counts().sort_index()
     return {"count": len(rows), "per_reason": {str(k): int(n) for k, n in reasons.items()},
-            "examples": [{"path": r.path, **r.dropped} for r in rows.sort_values("path").head(examples).itertuples()]}
+            "examples": [{"path": r.path, "dropped": r.dropped}
+                         for r in rows.sort_values("path").head(examples).itertuples()]}
 
 
 def described(example: dict) -> str:

@@ -280,7 +280,7 @@ def data_version_section(diff: dict, registry: dict | None, counts: dict) -> lis
         if dropped.get("count"):
             blocks.append(Para(f"Of the removed, {dropped['count']} are still in the source: ingest dropped "
                                "them (" + ", ".join(f"{r} {n}" for r, n in dropped["per_reason"].items())
-                               + "; `ingest_report.json` says with which documents)."))
+                               + "), e.g. " + ", ".join(map(described, dropped["examples"])) + "."))
     if registry and registry.get("champion_comparison"):
         blocks += _comparison_blocks(registry["champion_comparison"])
     if registry and registry.get("history"):
