@@ -11,11 +11,12 @@ from pathlib import Path, PurePosixPath
 from typing import Iterable
 
 from textclf.common import UserError, read_json, write_json
+from textclf.model.exported import EXPORT_FILE
 
 log = logging.getLogger(__name__)
 CHECKSUM_FILE = "checksums.json"
 # sha256 rather than md5: hashlib's sha256 runs on the CPU's SHA instructions, 2.4 times md5's
-# speed here (docs/benchmarks.md#model-checksums); the threat is damage, not forgery
+# speed here (docs/benchmarks.md#model-checksums-2026-12-03); the threat is damage, not forgery
 ALGORITHM = "sha256"
 _unverified: set[str] = set()  # folders without checksums already warned about (once per process)
 
@@ -38,7 +39,7 @@ def how_to_restore(folder: Path, exported: bool) -> str:
     above the artifact folder) is fetched again; a pipeline output is restored or rebuilt."""
     if any((up / "MLmodel").is_file() for up in folder.resolve().parents[:2]):
         return ("download the MLflow model again (delete this copy); if the tracking store's copy "
-                "is damaged too, log the model again (`dvc repro -f train`, or `-f evaluate` for an export)")
+                "is damaged too, train and log a new one (`dvc repro -f train`)")
     if exported:
         return f"rerun `dvc repro export`, or restore the saved one with `dvc checkout {folder}`"
     return f"restore it with `dvc checkout {folder}`, or retrain it with `dvc repro train`"
@@ -54,11 +55,11 @@ def _saved(folder: Path) -> tuple[str, list[tuple[str, int, str]]]:
         listed = [(str(name), int(size), str(digest)) for name, (size, digest) in files.items()]
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
         raise UserError(f"{path} is unreadable ({type(err).__name__}), so the model folder cannot "
-                        f"be verified: {how_to_restore(folder, (folder / 'export.json').exists())}.") from None
+                        f"be verified: {how_to_restore(folder, (folder / EXPORT_FILE).exists())}.") from None
     for name, _, _ in listed:
         if PurePosixPath(name).is_absolute() or ".." in PurePosixPath(name).parts:
             raise UserError(f"{path} lists {name!r}, outside the model folder: "
-                            f"{how_to_restore(folder, (folder / 'export.json').exists())}.")
+                            f"{how_to_restore(folder, (folder / EXPORT_FILE).exists())}.")
     return algorithm, listed
 
 
@@ -76,7 +77,7 @@ def verify_folder(folder: str | Path, names: Iterable[str] | None = None) -> Non
                         "cannot be verified; saving it again (train or export) adds one", folder, CHECKSUM_FILE)
         return
     algorithm, listed = _saved(folder)
-    fix = how_to_restore(folder, any(name == "export.json" for name, _, _ in listed))
+    fix = how_to_restore(folder, any(name == EXPORT_FILE for name, _, _ in listed))
     asked = {name for name, _, _ in listed} if names is None else set(names)
     for name in asked - {name for name, _, _ in listed}:
         if (folder / name).exists():
