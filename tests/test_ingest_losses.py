@@ -87,7 +87,7 @@ def test_the_reports_data_diff_says_why_a_removed_document_went():
 
 def test_the_report_stage_puts_the_loss_at_the_top(tmp_path, tiny_trained, monkeypatch):
     """The report stage on a trained model's files whose ingest report lost 20 of 100 files:
-    the alert comes before the scores."""
+    the alert is in the headline area, before the Data section."""
     folder, trained = tiny_trained
     for name in ("r.json", "s.json", "n.json", "h.csv", "curve.csv", "metrics.json", "diff.json", "pred.parquet",
                  "c.parquet", "params.yaml"):
