@@ -297,7 +297,7 @@ def params_file(path: str | Path):
     try:
         yield
     except UserError as err:
-        if Path(path) == Path("params.yaml") or "params.yaml" not in str(err):
+        if Path(path).name == "params.yaml" or "params.yaml" not in str(err):
             raise
         raise UserError(str(err).replace("params.yaml", str(path))) from err
 
