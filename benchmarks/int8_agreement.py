@@ -17,7 +17,6 @@ difference to PyTorch, and documents/s on --docs test texts (each contender in t
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import re
@@ -217,4 +216,4 @@ if __name__ == "__main__":
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--calibration", type=int, default=200, help="training documents static QDQ calibrates on")
     args = parser.parse_args()
-    {"train": train, "measure": lambda a: measure(a)}[args.mode](args)
+    {"train": train, "measure": measure}[args.mode](args)

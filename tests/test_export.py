@@ -194,6 +194,25 @@ def test_int8_that_disagrees_falls_back_to_float32_then_pytorch(prepared, caplog
     assert [r for r in caplog.records if r.message.startswith("serving PyTorch, not onnx-int8 or onnx: ")]
 
 
+def test_a_format_folder_holds_one_format_and_never_copies_a_damaged_file(tmp_path, tiny_random_bert):
+    """What evaluate checks and logs: one format's file alone, named by its export.json; a
+    damaged source file is refused, not given a fresh checksum; the other format's damage is
+    not this format's concern."""
+    from textclf.model.export import format_folder
+    export_model(saved(tmp_path / "model", tiny_random_bert, HEADS[0]), tmp_path / "export", "onnx-int8")
+    with open(tmp_path / "export" / "model.onnx", "r+b") as fh:  # the float32 file damaged
+        fh.seek(1000)
+        fh.write(b"\0" * 64)
+    with pytest.raises(UserError, match="model.onnx is not the file that was saved"):
+        format_folder(tmp_path / "export", "onnx", tmp_path / "f32")
+    int8 = format_folder(tmp_path / "export", "onnx-int8", tmp_path / "int8")
+    meta = json.loads((int8 / "export.json").read_text())
+    assert (meta["format"], meta["file"], "fallback" in meta) == ("onnx-int8", "model.int8.onnx", False)
+    assert sorted(f.name for f in int8.iterdir()) == ["checksums.json", "export.json", "model.int8.onnx",
+                                                      "tokenizer.json"]
+    assert OnnxPredictor(int8).predict_proba(TEXTS).shape == (len(TEXTS), len(LABELS))
+
+
 def test_an_export_of_another_format_fails_in_one_line(prepared):
     tmp, p = prepared
     run_train(p)

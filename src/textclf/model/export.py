@@ -102,13 +102,14 @@ def format_folder(export_dir: str | Path, fmt: str, out: str | Path) -> Path:
     naming that file and format (no fallback) and checksums.json -> out. What evaluate checks
     and logs, so that a logged model says which file it runs and carries no other. The source
     is verified first: a damaged file is refused, never copied under a new checksum."""
-    verify_folder(export_dir)
+    verify_folder(export_dir, [EXPORT_FILE])
     meta = read_export(export_dir)
     files = {meta["format"]: meta.get("file"), **({meta["fallback"]["format"]: meta["fallback"]["file"]}
                                                   if meta.get("fallback") else {})}
     if not files.get(fmt):
         raise UserError(f"{export_dir} holds no {fmt} model (it holds {', '.join(files)}): rerun "
                         "`dvc repro export`.")
+    verify_folder(export_dir, [files[fmt], TOKENIZER_FILE])  # what is copied, not the other format
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     for name in (files[fmt], TOKENIZER_FILE):
