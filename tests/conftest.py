@@ -253,6 +253,32 @@ def run_report(p: list[str]) -> None:
                      "--confusion-png", "confusion.png"])
 
 
+def report_with_ingest(tmp_path: Path, tiny_trained, monkeypatch, edit) -> tuple[str, dict, str]:
+    """The report stage on `tiny_trained`'s files, its ingest report changed in place by
+    `edit(report)`, logging into a fresh run of a fresh store in tmp_path (the shared
+    fixture's store stays as it was) -> (report.md, the ingest report, the run id)."""
+    import mlflow
+
+    folder, trained = tiny_trained
+    for name in ("r.json", "s.json", "n.json", "h.csv", "curve.csv", "metrics.json", "diff.json", "pred.parquet",
+                 "c.parquet", "params.yaml"):
+        shutil.copy2(folder / name, tmp_path / name)
+    shutil.copytree(folder / "model", tmp_path / "model")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")  # mlflow_state_is_restored after the test
+    report = json.loads((tmp_path / "r.json").read_text())
+    edit(report)
+    (tmp_path / "r.json").write_text(json.dumps(report))
+    with mlflow.start_run() as run:
+        pass
+    (tmp_path / "run.json").write_text(json.dumps({**trained, "run_id": run.info.run_id,
+                                                   "experiment_id": run.info.experiment_id,
+                                                   "tracking_uri": mlflow.get_tracking_uri()}))
+    run_report(["--params", str(tmp_path / "params.yaml")])
+    return (tmp_path / "report.md").read_text(), report, run.info.run_id
+
+
 GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
            "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com"}
 

@@ -3,9 +3,7 @@ WARNING and an alert at the top of the report, whatever the reason (exact duplic
 hidden files lose no text and are not counted); under it, INFO as before."""
 import json
 import logging
-import shutil
 
-import mlflow
 import pandas as pd
 
 from textclf.data.corpus import build_corpus
@@ -15,7 +13,7 @@ from textclf.data.versions import diff, dropped_at_ingest
 from textclf.report.document import Alert, Para, to_markdown
 from textclf.report.sections import data_version_section, lost_alert
 
-from conftest import run_report
+from conftest import report_with_ingest
 
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi".split()
 
@@ -88,25 +86,11 @@ def test_the_reports_data_diff_says_why_a_removed_document_went():
 def test_the_report_stage_puts_the_loss_at_the_top(tmp_path, tiny_trained, monkeypatch):
     """The report stage on a trained model's files whose ingest report lost 20 of 100 files:
     the alert is in the headline area, before the Data section."""
-    folder, trained = tiny_trained
-    for name in ("r.json", "s.json", "n.json", "h.csv", "curve.csv", "metrics.json", "diff.json", "pred.parquet",
-                 "c.parquet", "params.yaml"):
-        shutil.copy2(folder / name, tmp_path / name)
-    shutil.copytree(folder / "model", tmp_path / "model")
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
-    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")  # conftest restores it after the test
-    report = json.loads((tmp_path / "r.json").read_text())
-    report["files_seen"] += 20
-    report["skipped"]["near_duplicate_conflict"] = 20
-    (tmp_path / "r.json").write_text(json.dumps(report))
-    with mlflow.start_run() as run:
-        pass
-    (tmp_path / "run.json").write_text(json.dumps({**trained, "run_id": run.info.run_id,
-                                                   "experiment_id": run.info.experiment_id,
-                                                   "tracking_uri": mlflow.get_tracking_uri()}))
-    run_report(["--params", str(tmp_path / "params.yaml")])
-    md = (tmp_path / "report.md").read_text()
+    def lose(report: dict) -> None:
+        report["files_seen"] += 20
+        report["skipped"]["near_duplicate_conflict"] = 20
+
+    md, report, _ = report_with_ingest(tmp_path, tiny_trained, monkeypatch, lose)
     seen = report["files_seen"]
     assert md.index(f"WARNING: ingest dropped 20 of {seen} files ({20 / seen:.1%}, above 5%): "
                     "near_duplicate_conflict 20;") < md.index("## Data")

@@ -19,7 +19,7 @@ from textclf.data.class_sizes import _without
 from textclf.data.corpus import build_corpus
 from textclf.data.tables import Columns
 
-from conftest import REPO, run_report, write_params
+from conftest import REPO, report_with_ingest, write_params
 
 DEMO = REPO / "data" / "sample"
 TINY = ["a tiny class: the only two invoices about llama grooming this quarter",
@@ -114,25 +114,11 @@ def test_a_group_whose_first_document_is_dropped_is_led_by_its_first_kept_one(tm
 def test_the_report_headline_and_the_training_run_name_the_dropped_classes(tmp_path, tiny_trained, monkeypatch):
     """The report stage on a trained model's files, its ingest report saying a class was dropped,
     logging into a fresh run of a fresh store (the shared fixture's store stays as it was)."""
-    folder, trained = tiny_trained
-    for name in ("r.json", "s.json", "n.json", "h.csv", "curve.csv", "metrics.json", "diff.json", "pred.parquet",
-                 "c.parquet", "params.yaml"):
-        shutil.copy2(folder / name, tmp_path / name)
-    shutil.copytree(folder / "model", tmp_path / "model")
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
-    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")  # conftest restores it after the test
-    report = json.loads((tmp_path / "r.json").read_text())
-    report["skipped"]["small_class"] = 2
-    report["dropped_classes"] = {"tiny": 2}
-    (tmp_path / "r.json").write_text(json.dumps(report))
-    with mlflow.start_run() as run:
-        pass
-    (tmp_path / "run.json").write_text(json.dumps({**trained, "run_id": run.info.run_id,
-                                                   "experiment_id": run.info.experiment_id,
-                                                   "tracking_uri": mlflow.get_tracking_uri()}))
-    run_report(["--params", str(tmp_path / "params.yaml")])
-    md = (tmp_path / "report.md").read_text()
+    def drop(report: dict) -> None:
+        report["skipped"]["small_class"] = 2
+        report["dropped_classes"] = {"tiny": 2}
+
+    md, _, run_id = report_with_ingest(tmp_path, tiny_trained, monkeypatch, drop)
     assert md.index("WARNING: ingest dropped 1 class(es) below ingest.min_per_class, 2 documents "
                     "(`ingest.small_classes: drop`): tiny (2)") < md.index("## Data")
-    assert mlflow.get_run(run.info.run_id).data.tags["ingest.dropped_classes"] == '{"tiny": 2}'
+    assert mlflow.get_run(run_id).data.tags["ingest.dropped_classes"] == '{"tiny": 2}'
