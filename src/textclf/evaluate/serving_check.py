@@ -107,8 +107,8 @@ def served_model(export_dir: str, model_dir: str, corpus: str, doc_ids: list[str
     PyTorch one otherwise)."""
     if serving["format"] == "torch":
         return training["model_uri"]
-    with tempfile.TemporaryDirectory() as tmp:  # the served format alone: what the model runs
-        return _log_served(format_folder(export_dir, serving["format"], Path(tmp) / serving["format"]),
+    with tempfile.TemporaryDirectory() as tmp:  # the served format alone, logged as artifacts/export
+        return _log_served(format_folder(export_dir, serving["format"], Path(tmp) / "export"),
                            model_dir, corpus, doc_ids, serving, training)
 
 
