@@ -27,8 +27,8 @@ log = logging.getLogger(__name__)
 EXAMPLES = 3  # test texts in the logged model's input example
 
 
-def check_format(folder: Path, input_ids, y_true: np.ndarray, torch_probs: np.ndarray, labels: list[str],
-                 serve: ServeParams, cfg: EvaluateParams, owner, answer) -> dict:
+def check_format(folder: Path, input_ids, y_true: np.ndarray, torch_probs: np.ndarray, serve: ServeParams,
+                 cfg: EvaluateParams, owner, answer) -> dict:
     """One exported format (a format_folder) against PyTorch -> {format, agreement,
     max_prob_diff, accuracy, verdict, comparison, reasons (why it is not served; empty: it is)}."""
     exported = OnnxPredictor(folder, cfg.batch_size)
@@ -71,12 +71,12 @@ def check_export(export_dir: str, input_ids, y_true: np.ndarray, torch_probs: np
         raise UserError(f"{export_dir} was exported from a model with the classes "
                         f"{meta['labels']}, not {labels}: rerun `dvc repro export`.")
     chain = [requested] + ([meta["fallback"]["format"]] if meta.get("fallback") else [])
+    answer = answer or (lambda p: p.argmax(axis=1))
     checks = []
     with tempfile.TemporaryDirectory() as tmp:
         for fmt in chain:  # the next format only when this one is not served
             folder = format_folder(export_dir, fmt, Path(tmp) / fmt)
-            checks.append(check_format(folder, input_ids, y_true, torch_probs, labels, serve, cfg, owner,
-                                       answer or (lambda p: p.argmax(axis=1))))
+            checks.append(check_format(folder, input_ids, y_true, torch_probs, serve, cfg, owner, answer))
             if not checks[-1]["reasons"]:
                 break
     return chain_result(requested, checks)
