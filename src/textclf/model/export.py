@@ -6,7 +6,9 @@ needs onnxscript. The encoder is switched to eager attention first: PyTorch's
 scaled_dot_product_attention exports as a graph ONNX Runtime's int8 kernels gain little on (int8
 34 docs/s on 2 cores), eager attention's matmuls as one they quantize well (67 docs/s; fp32 35
 both ways; docs/benchmarks.md). int8 is ONNX Runtime's dynamic quantization of the weights,
-per channel.
+per channel, and keeps the float32 file beside it: on many classes with small margins (Debian's
+fortunes, 42 classes) no int8 variant measured reached serve.min_agreement, and evaluate then
+serves float32 rather than PyTorch.
 """
 from __future__ import annotations
 
@@ -54,7 +56,9 @@ def export_float(model: nn.Module, path: Path) -> None:
 
 def quantize_int8(source: Path, target: Path) -> None:
     """Signed int8 weights with a scale per output channel: on BBC the per-tensor scale changed
-    1 % of the test labels of a model, per-channel none, at the same speed (docs/benchmarks.md)."""
+    1 % of the test labels of a model, per-channel none, at the same speed. Float32 embeddings,
+    pooler, classifier or end layers, 7-bit weights and static QDQ did no better on BBC and stayed
+    below 99 % on fortunes (benchmarks/int8_agreement.py, docs/benchmarks.md)."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     root = logging.getLogger()
