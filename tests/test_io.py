@@ -134,6 +134,8 @@ def test_atomic_outputs_follow_the_umask_as_ordinary_files_do(tmp_path, set_umas
     """mkstemp/mkdtemp make a temp 0600/0700 and a rename keeps it: every atomic output (the
     corpus, ingest_report.json, reports, models) was private, whatever the umask."""
     import pandas as pd
+    import torch
+    from safetensors.torch import save_file
 
     from textclf.data.corpus import write_corpus
 
@@ -144,10 +146,14 @@ def test_atomic_outputs_follow_the_umask_as_ordinary_files_do(tmp_path, set_umas
     write_corpus(REPO / "data" / "sample", tmp_path / "corpus.parquet", 1_000_000, 1)
     with atomic_path(tmp_path / "model", folder=True) as tmp:
         (tmp / "weights").write_bytes(b"w")
+        (tmp / "sub").mkdir()
+        save_file({"w": torch.zeros(2)}, str(tmp / "sub" / "model.safetensors"))  # writes 0600 itself
     (tmp_path / "ordinary.txt").write_text("as open() makes it")
-    for name in ("report.json", "table.parquet", "corpus.parquet", "ordinary.txt", "model/weights"):
+    for name in ("report.json", "table.parquet", "corpus.parquet", "ordinary.txt", "model/weights",
+                 "model/sub/model.safetensors"):
         assert stat.S_IMODE((tmp_path / name).stat().st_mode) == file_mode, name
-    assert stat.S_IMODE((tmp_path / "model").stat().st_mode) == folder_mode
+    for name in ("model", "model/sub"):
+        assert stat.S_IMODE((tmp_path / name).stat().st_mode) == folder_mode, name
 
 
 RAISER = """

@@ -49,8 +49,12 @@ def atomic_path(path: str | Path, folder: bool = False):
     with temp_beside(path.parent, f".{path.name}.", ".tmp", folder) as tmp:
         yield tmp
         # mkstemp/mkdtemp make the temp private (0600/0700), and a rename keeps that mode:
-        # the output gets an ordinary file's mode, so a teammate or a shared DVC cache can read it
-        os.chmod(tmp, (0o777 if folder else 0o666) & ~umask())
+        # the output gets an ordinary file's mode, so a teammate or a shared DVC cache can read it;
+        # so does what a folder holds (safetensors writes its files 0600 itself)
+        mask = umask()
+        for entry in [tmp, *(tmp.rglob("*") if folder else ())]:
+            if not entry.is_symlink():
+                os.chmod(entry, (0o777 if entry.is_dir() else 0o666) & ~mask)
         if folder:
             shutil.rmtree(path, ignore_errors=True)  # os.replace cannot replace a full folder
         os.replace(tmp, path)
