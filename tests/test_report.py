@@ -170,7 +170,8 @@ def test_the_readme_picture_is_a_fresh_clones_first_run(tmp_path):
 
     repo = Path(__file__).resolve().parents[1]
     committed = json.loads((repo / "reports" / "metrics.json").read_text())["registry"]
-    assert committed["version"] == 1 and not committed.get("history"), committed
+    assert committed["version"] == 1 and committed["promoted"], committed  # a fresh store's first model
+    assert [h["from"] for h in committed.get("history", [])] == [None], committed  # nothing before it
     reports = tmp_path / "reports"
     reports.mkdir()
     (reports / "report.html").write_text("<html><body>report</body></html>")
