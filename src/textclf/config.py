@@ -231,6 +231,17 @@ class EvaluateParams(Section):
 
 
 @dataclass(frozen=True)
+class LabelsParams(Section):
+    """Stage labels: which labels are probably wrong (docs/label_issues.md)."""
+    where = "labels"
+    # the TF-IDF baseline cross-fitted in this many folds grouped by near-duplicate group: every
+    # document judged by a model that saw neither it nor its near-duplicates
+    folds: int = ranged(5, 2, 50)
+    noise_warn: float = ranged(0.1, 0, 1)  # label_noise guard: warns above this estimated share of wrong labels
+    show: int = ranged(20, 1, 10_000)  # the report lists this many most suspect documents
+
+
+@dataclass(frozen=True)
 class ServeParams(Section):
     where = "serve"
     # what the logged (and registered) model runs: onnx-int8 is ONNX Runtime with int8 weights
@@ -274,6 +285,7 @@ class Params:
     train: TrainParams = field(default_factory=TrainParams)
     baseline: BaselineParams = field(default_factory=BaselineParams)
     evaluate: EvaluateParams = field(default_factory=EvaluateParams)
+    labels: LabelsParams = field(default_factory=LabelsParams)
     serve: ServeParams = field(default_factory=ServeParams)
     sweep: SweepParams = field(default_factory=SweepParams)
 
