@@ -1,0 +1,183 @@
+"""Which labels are probably wrong: out-of-sample probabilities for every corpus document,
+judged by cleanlab's confident learning -> reports/label_issues.parquet and a summary.
+
+Confident learning needs probabilities from a model that never saw the document it judges
+(in-sample probabilities agree with the given label, wrong or not, and hide the errors). So the
+TF-IDF baseline is cross-fitted over the whole corpus: k folds, grouped by near-duplicate group
+(no document is judged by a model that trained on its edited copy) and stratified by label,
+each fold's documents scored by the baseline fitted on the other folds, in memory below
+baseline.hashing_from training documents and hashed (bounded memory) from it, as the baseline
+stage does. The fine-tuned model's test probabilities are out of sample too; where they exist
+the two are averaged (the ensemble evaluate scores): a bag of words and a contextual encoder
+make different mistakes, so where only one is confidently wrong the mean is less so, and a
+label both disagree with stays suspect.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from textclf.common import UserError, open_parquet, write_json, write_parquet
+from textclf.config import BaselineParams, LabelsParams, load_params
+from textclf.data.labelsets import is_multilabel
+from textclf.evaluate.baseline import BATCH, fit_and_predict, fit_hashed
+from textclf.inference.frames import PROB_PREFIX
+
+log = logging.getLogger(__name__)
+
+# the table's columns, in order (issue 40's contract with the corrections command)
+COLUMNS = ["doc_id", "source_path", "split", "given", "suggested", "quality", "flagged", "judged_by"]
+TOP_PAIRS = 10  # overlapping class pairs kept in the summary
+
+
+def read_corpus(corpus: str) -> pa.Table:
+    """Every corpus document: doc_id, label, source_path, group, text (Arrow strings)."""
+    if is_multilabel(open_parquet(corpus).schema_arrow.metadata):
+        raise UserError("label issues for multi-label corpora are not built yet; remove the labels "
+                        "stage from dvc.yaml (or run `dvc repro report` with a single-label corpus).")
+    import pyarrow.parquet as pq
+
+    return pq.read_table(corpus, columns=["doc_id", "label", "source_path", "group", "text"])
+
+
+def fold_of(labels: np.ndarray, groups: np.ndarray, folds: int, seed: int) -> np.ndarray:
+    """(N,) fold of each document: near-duplicate groups kept whole, labels stratified."""
+    from sklearn.model_selection import StratifiedGroupKFold
+
+    n_groups = len(np.unique(groups))
+    if n_groups < folds:
+        raise UserError(f"labels.folds={folds} but the corpus holds {n_groups} document group(s); "
+                        f"set labels.folds to at most {n_groups}.")
+    fold = np.empty(len(labels), dtype=np.int64)
+    splitter = StratifiedGroupKFold(n_splits=folds, shuffle=True, random_state=seed)
+    for k, (_, held) in enumerate(splitter.split(np.zeros(len(labels)), labels, groups)):
+        fold[held] = k
+    return fold
+
+
+def cross_fit(texts: pa.ChunkedArray, labels: np.ndarray, classes: list[str], fold: np.ndarray,
+              cfg: BaselineParams, weights: str) -> np.ndarray:
+    """-> (N, C) probabilities, each document's from the baseline fitted on the other folds
+    (a class absent from those folds gets 0)."""
+    probs = np.zeros((len(labels), len(classes)))
+    column = {c: i for i, c in enumerate(classes)}
+    for k in range(fold.max() + 1):
+        train, held = np.flatnonzero(fold != k), np.flatnonzero(fold == k)
+        if len(train) < cfg.hashing_from:
+            seen, p = fit_and_predict(texts.take(pa.array(train)).to_pylist(), labels[train].tolist(),
+                                      texts.take(pa.array(held)).to_pylist(), cfg, weights)
+        else:  # the baseline stage's hashed path: never a vocabulary, scored a batch at a time
+            features, model = fit_hashed(texts.take(pa.array(train)), labels[train], cfg, weights)
+            held_texts = texts.take(pa.array(held))
+            p = np.concatenate([model.predict_proba(features(held_texts.slice(i, BATCH).to_pylist()))
+                                for i in range(0, len(held), BATCH)])
+            seen = [str(c) for c in model.classes_]
+        probs[np.ix_(held, [column[c] for c in seen])] = p
+        log.info("fold %d/%d: %d documents judged by a baseline fitted on %d", k + 1, fold.max() + 1,
+                 len(held), len(train))
+    return probs
+
+
+def with_model(probs: np.ndarray, doc_ids: np.ndarray, classes: list[str],
+               predictions: pd.DataFrame) -> np.ndarray:
+    """(N,) judged_by; probs averaged in place with the model's on its test documents."""
+    missing = [c for c in classes if PROB_PREFIX + c not in predictions.columns]
+    if missing:
+        raise UserError(f"the model's test predictions have no probability for class(es) {missing}: "
+                        "they come from another corpus; rerun `dvc repro evaluate`.")
+    at = pd.Index(doc_ids).get_indexer(predictions["doc_id"])
+    if (at < 0).any():
+        raise UserError(f"{int((at < 0).sum())} test document(s) of the model's predictions are not "
+                        "in the corpus: rerun `dvc repro evaluate`.")
+    probs[at] = (probs[at] + predictions[[PROB_PREFIX + c for c in classes]].to_numpy()) / 2
+    judged = np.full(len(doc_ids), "baseline", dtype=object)
+    judged[at] = "baseline+model"
+    return judged
+
+
+def judge(given: np.ndarray, probs: np.ndarray, classes: list[str]) -> dict:
+    """cleanlab on (N,) class indices and (N, C) out-of-sample probabilities -> quality (N,),
+    flagged (N,), per-class noise rate, overlapping class pairs."""
+    from cleanlab.count import estimate_joint
+    from cleanlab.dataset import find_overlapping_classes
+    from cleanlab.filter import find_label_issues
+    from cleanlab.rank import get_label_quality_scores
+
+    quality = get_label_quality_scores(given, probs)
+    # n_jobs=1: no worker pool (its workers would inherit the stage's SIGTERM handler)
+    flagged = find_label_issues(given, probs, filter_by="prune_by_noise_rate", n_jobs=1)
+    joint = estimate_joint(given, probs)  # joint[i, j]: P(given label i, true label j)
+    noise = 1 - np.diag(joint) / np.maximum(joint.sum(axis=1), 1e-12)
+    pairs = find_overlapping_classes(labels=given, pred_probs=probs, class_names=classes)
+    pairs = pairs[pairs["Num Overlapping Examples"] > 0].head(TOP_PAIRS)
+    return {"quality": quality, "flagged": flagged, "noise": dict(zip(classes, noise.round(4).tolist())),
+            "estimated_noise": round(float(1 - np.trace(joint)), 4),
+            "overlapping": [{"a": r["Class Name A"], "b": r["Class Name B"],
+                             "documents": int(r["Num Overlapping Examples"]),
+                             "joint": round(float(r["Joint Probability"]), 4)} for _, r in pairs.iterrows()]}
+
+
+def model_accuracy(table: pd.DataFrame, predictions: pd.DataFrame) -> dict:
+    """The model's test accuracy, plain and on the test documents not flagged."""
+    right = pd.Series((predictions["label"] == predictions["predicted"]).to_numpy(), predictions["doc_id"])
+    flagged = table.set_index("doc_id").loc[right.index, "flagged"].to_numpy()
+    return {"documents": len(right), "flagged": int(flagged.sum()),
+            "accuracy": round(float(right.mean()), 4) if len(right) else None,
+            "accuracy_unflagged": round(float(right[~flagged].mean()), 4) if (~flagged).any() else None}
+
+
+@dataclass(frozen=True)
+class LabelsPaths:
+    """What the labels stage reads and writes, as its command line names them."""
+    params: str
+    corpus: str
+    splits: str
+    predictions: str  # the fine-tuned model's test predictions (evaluate)
+    table: str  # written: one row per corpus document, most suspect first (parquet)
+    summary: str  # written: counts, noise rates, overlapping pairs, test accuracy (JSON)
+
+
+def run_labels(paths: LabelsPaths) -> None:
+    """The labels stage: out-of-sample probabilities for every document -> cleanlab -> the table."""
+    params = load_params(paths.params)
+    cfg: LabelsParams = params.labels
+    corpus = read_corpus(paths.corpus)
+    doc_ids = corpus.column("doc_id").to_numpy(zero_copy_only=False)
+    labels = corpus.column("label").to_numpy(zero_copy_only=False)
+    classes = sorted(set(labels.tolist()))
+    fold = fold_of(labels, corpus.column("group").to_numpy(zero_copy_only=False), cfg.folds,
+                   params.baseline.seed)
+    probs = cross_fit(corpus.column("text"), labels, classes, fold, params.baseline,
+                      params.train.class_weights)
+    predictions = pd.read_parquet(paths.predictions)
+    judged_by = with_model(probs, doc_ids, classes, predictions)
+    given = pd.Index(classes).get_indexer(labels)
+    verdict = judge(given, probs, classes)
+    split = pd.read_parquet(paths.splits, columns=["doc_id", "split"]).set_index("doc_id")["split"]
+    table = pd.DataFrame({"doc_id": doc_ids, "source_path": corpus.column("source_path").to_numpy(zero_copy_only=False),
+                          "split": split.reindex(doc_ids).fillna("none").to_numpy(), "given": labels,
+                          "suggested": np.asarray(classes, dtype=object)[probs.argmax(axis=1)],
+                          "quality": verdict["quality"].astype(float), "flagged": verdict["flagged"].astype(bool),
+                          "judged_by": judged_by})
+    # most suspect first; ties in corpus order (a stable sort), so the table is reproducible
+    table = table.sort_values("quality", kind="stable").reset_index(drop=True)[COLUMNS]
+    write_parquet(table, paths.table)
+    write_json(paths.summary, summary(table, verdict, cfg, classes, model_accuracy(table, predictions)))
+    log.info("%d of %d documents flagged; estimated share of wrong labels %.3f", table["flagged"].sum(),
+             len(table), verdict["estimated_noise"])
+
+
+def summary(table: pd.DataFrame, verdict: dict, cfg: LabelsParams, classes: list[str], test: dict) -> dict:
+    """What the report and MLflow show of the table."""
+    by_class = table.groupby("given")["flagged"].agg(["size", "sum"])
+    return {"documents": len(table), "flagged": int(table["flagged"].sum()), "folds": cfg.folds,
+            "estimated_noise": verdict["estimated_noise"], "noise_warn": cfg.noise_warn,
+            "label_noise": "warn" if verdict["estimated_noise"] > cfg.noise_warn else "pass",
+            "flagged_by_split": {s: int(n) for s, n in table.groupby("split")["flagged"].sum().items()},
+            "per_class": {c: {"documents": int(by_class.loc[c, "size"]), "flagged": int(by_class.loc[c, "sum"]),
+                              "noise_rate": verdict["noise"][c]} for c in classes},
+            "overlapping": verdict["overlapping"], "test": test}
