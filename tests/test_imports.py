@@ -17,11 +17,11 @@ import yaml
 
 from conftest import REPO
 
-STAGES = ("ingest", "tokenize", "split", "baseline", "train", "evaluate", "report")
+STAGES = ("ingest", "tokenize", "split", "baseline", "train", "evaluate", "labels", "report")
 HEAVY = ("torch", "transformers", "mlflow", "sklearn", "matplotlib", "accelerate")
 NEVER = {"ingest": {"torch", "transformers", "mlflow"}, "split": {"torch", "transformers", "mlflow"},
          "tokenize": {"torch", "transformers", "mlflow"}, "baseline": {"torch", "transformers", "mlflow"},
-         "report": {"torch", "transformers"}}
+         "labels": {"torch", "transformers", "mlflow"}, "report": {"torch", "transformers"}}
 
 
 def module_file(module: str) -> Path:
