@@ -13,6 +13,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = stage_parser(__doc__)
     parser.add_argument("--corpus", required=True, help="output parquet")
     parser.add_argument("--report", required=True, help="output accounting JSON")
+    parser.add_argument("--corrections", default="", help="a corrections CSV (doc,label) to apply")
     args = parser.parse_args(argv)
     setup_logging()
     run_ingest(IngestPaths(**vars(args)))

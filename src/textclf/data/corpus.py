@@ -26,6 +26,7 @@ from textclf.config import NearDuplicateParams, load_params
 from textclf.common import UserError, atomic_path, temp_beside, write_json
 from textclf.data.ingest_report import IngestReport, SkipReason
 from textclf.data.class_sizes import check_classes, drop_small_classes
+from textclf.data.corrections import Corrections, read_corrections
 from textclf.data.labelsets import MULTILABEL, per_label
 from textclf.data.ledger import SCHEMA, Ledger
 from textclf.data.near_dups import NearDuplicates, group_sketched, sketch_and_keys
@@ -115,6 +116,17 @@ def _row_document(row: Row, refs: set[str], max_bytes: int) -> Document | SkipRe
     return SkipReason.EMPTY_TEXT if result is SkipReason.EMPTY else result
 
 
+def _add(ledger: Ledger, doc: Document, corrections: Corrections | None, report: IngestReport,
+         where: str, row_id: str = "") -> None:
+    """A document read -> the ledger under its corrected label; one a correction drops is
+    skipped (counted: dropped_by_correction)."""
+    label = corrections.apply(doc.label, doc.path, doc.digest) if corrections else doc.label
+    if label is None:
+        report.skip(SkipReason.DROPPED_BY_CORRECTION, where, row_id)
+    else:
+        ledger.add(*doc._replace(label=label))
+
+
 def _near_duplicate_summary(paths: list[str], found: NearDuplicates, members: list[list[int]]) -> dict:
     sizes = Counter(len(m) for m in members)
     top = sorted(found.pairs, key=lambda p: (-p[2], paths[p[0]], paths[p[1]]))[:TOP_PAIRS]
@@ -168,7 +180,8 @@ def _group_near_duplicates(ledger: Ledger, order: np.ndarray, params: NearDuplic
     return order[keep], renumbered[np.asarray(found.group_of, np.int64)[keep]]
 
 
-def _folder_docs(source: Path, max_bytes: int, report: IngestReport, ledger: Ledger) -> set[str]:
+def _folder_docs(source: Path, max_bytes: int, report: IngestReport, ledger: Ledger,
+                 corrections: Corrections | None = None) -> set[str]:
     """A folder (or archive) of class folders -> the ledger; returns the class folder names."""
     class_folders = set()
     with open_source(source) as entries:
@@ -189,12 +202,12 @@ def _folder_docs(source: Path, max_bytes: int, report: IngestReport, ledger: Led
             if isinstance(result, SkipReason):
                 report.skip(result, "/".join(entry.parts))
             else:
-                ledger.add(*result)
+                _add(ledger, result, corrections, report, "/".join(entry.parts))
     return class_folders
 
 
 def _table_docs(files: list[Path], columns: Columns, max_bytes: int, report: IngestReport,
-                ledger: Ledger) -> set[str]:
+                ledger: Ledger, corrections: Corrections | None = None) -> set[str]:
     """Rows of table files -> the ledger; returns the labels seen. Files beside a table
     folder's tables (a README) are skipped and listed, as a folder corpus's top-level files are."""
     report.ignored_top_level = not_tables(report.source)
@@ -210,8 +223,8 @@ def _table_docs(files: list[Path], columns: Columns, max_bytes: int, report: Ing
             report.skip(result, row.at, row.id)
             continue
         refs.add(row.ref)
-        labels.add(row.label)
-        ledger.add(*result)
+        labels.add(row.label)  # the given labels: a correction's must be among them
+        _add(ledger, result, corrections, report, row.at, row.id)
         if row.fixed:
             report.fix(row.fixed, row.at, row.id)
     if not labels:  # not the class check's message: it would speak of class folders
@@ -221,7 +234,8 @@ def _table_docs(files: list[Path], columns: Columns, max_bytes: int, report: Ing
 
 def write_corpus(source: Path | str, out: Path | str, max_bytes: int, min_per_class: int,
                  near_duplicates: NearDuplicateParams = NearDuplicateParams(),
-                 columns: Columns = Columns(), small_classes: str = "fail") -> IngestReport:
+                 columns: Columns = Columns(), small_classes: str = "fail",
+                 corrections: Corrections | None = None) -> IngestReport:
     """A folder of class folders (or an archive of one), or table files (data.tables) ->
     the corpus parquet at `out` (written atomically); returns the accounting report.
     Tables keep their row order; a folder's documents are sorted by path."""
@@ -235,14 +249,19 @@ def write_corpus(source: Path | str, out: Path | str, max_bytes: int, min_per_cl
     with atomic_path(out) as tmp, temp_beside(tmp.parent, ".ingest.") as spill:
         ledger = Ledger(spill / "texts.arrow", sketcher)
         if tables:
-            class_folders = _table_docs(tables, columns, max_bytes, report, ledger)
+            class_folders = _table_docs(tables, columns, max_bytes, report, ledger, corrections)
         elif columns.multilabel:
             raise UserError(f"ingest.task: multilabel reads tables whose label column holds label lists; "
                             f"ingest.source={str(source)!r} is a folder of class folders (one class per "
                             "document): set ingest.task: single_label, or give a table.")
         else:
-            class_folders = _folder_docs(Path(source), max_bytes, report, ledger)
+            class_folders = _folder_docs(Path(source), max_bytes, report, ledger, corrections)
         ledger.close()
+        if corrections and corrections.by_name:  # a header-only file changes nothing, the report too
+            corrections.check(str(source), set(per_label(Counter(class_folders))) if columns.multilabel
+                              else class_folders, columns.multilabel)
+            corrections.check_copies(ledger.paths, ledger.labels, ledger.digests)
+            report.corrections = corrections.to_json()
         order = ledger.dedupe(report)  # a folder's entries came sorted by path
         order, group_of = _group_near_duplicates(ledger, order, near_duplicates, report)
         if columns.multilabel:  # a label set is no class: its labels are
@@ -268,6 +287,7 @@ class IngestPaths:
     params: str
     corpus: str  # written: the corpus parquet
     report: str  # written: the accounting report (ingest_report.json)
+    corrections: str = ""  # read: the corrections file (data.corrections); "" for none
 
 
 def run_ingest(paths: IngestPaths) -> None:
@@ -275,8 +295,9 @@ def run_ingest(paths: IngestPaths) -> None:
     params = load_params(paths.params).ingest
     columns = Columns(params.text_column, params.label_column, params.id_column, params.tsv_quoting,
                       params.task == MULTILABEL, params.label_delimiter)
+    corrections = read_corrections(paths.corrections, columns.multilabel) if paths.corrections else None
     report = write_corpus(params.source, paths.corpus, params.max_bytes, params.min_per_class,
-                          params.near_duplicates, columns, params.small_classes)
+                          params.near_duplicates, columns, params.small_classes, corrections)
     write_json(paths.report, report.to_json())
     logging.getLogger("ingest").info("seen %d %s, kept %d in %d classes, skipped %s", report.seen,
                                      report.unit, report.kept, len(report.per_class), report.counts())
@@ -284,10 +305,11 @@ def run_ingest(paths: IngestPaths) -> None:
 
 def build_corpus(source: Path | str, max_bytes: int, min_per_class: int,
                  near_duplicates: NearDuplicateParams = NearDuplicateParams(),
-                 columns: Columns = Columns(), small_classes: str = "fail") -> tuple[pd.DataFrame, dict[str, Any]]:
+                 columns: Columns = Columns(), small_classes: str = "fail",
+                 corrections: Corrections | None = None) -> tuple[pd.DataFrame, dict[str, Any]]:
     """write_corpus, read back: (the corpus table, the accounting report as ingest_report.json
     holds it)."""
     with tempfile.TemporaryDirectory(prefix="textclf-corpus-") as tmp:
         report = write_corpus(source, Path(tmp) / "corpus.parquet", max_bytes, min_per_class,
-                              near_duplicates, columns, small_classes)
+                              near_duplicates, columns, small_classes, corrections)
         return pd.read_parquet(Path(tmp) / "corpus.parquet"), report.to_json()

@@ -36,12 +36,14 @@ class SkipReason(StrEnum):
     CONFLICTING_LABEL = "conflicting_label"
     NEAR_DUPLICATE_CONFLICT = "near_duplicate_conflict"
     SMALL_CLASS = "small_class"  # ingest.small_classes: drop
+    DROPPED_BY_CORRECTION = "dropped_by_correction"  # `drop` in the corrections file (data.corrections)
 
 
 # Skip reasons that lose no text: an exact duplicate is kept once, a hidden file (.DS_Store, a
 # macOS archive's ._ twin of each file) is no document. Every other reason, today's or a later
 # one, is a document the user gave and the model never sees: lost.
-NOT_LOST = frozenset({SkipReason.DUPLICATE, SkipReason.HIDDEN})
+# A document the corrections file drops is a person's decision, not a loss.
+NOT_LOST = frozenset({SkipReason.DUPLICATE, SkipReason.HIDDEN, SkipReason.DROPPED_BY_CORRECTION})
 # The share of documents lost above which ingest logs a WARNING and the report says so at its
 # top. A constant, not a param: it changes no output the pipeline computes, only who is told.
 # Real corpora lose a document or two to cleaning (BBC: none of 2 225 files, besides 100 exact
@@ -92,6 +94,7 @@ class IngestReport:
     label_fixes: Counter[str] = field(default_factory=Counter)
     fixed_rows: list[dict[str, str]] = field(default_factory=list)
     dropped_classes: dict[str, int] | None = None  # ingest.small_classes: drop; None under fail
+    corrections: dict[str, Any] | None = None  # data.corrections' keys; None without corrections
 
     @property
     def unit(self) -> str:
@@ -155,4 +158,6 @@ class IngestReport:
             out |= {"label_fixes": dict(sorted(self.label_fixes.items())), "fixed_rows": self.fixed_rows}
         if self.dropped_classes is not None:
             out["dropped_classes"] = self.dropped_classes
+        if self.corrections is not None:
+            out |= self.corrections
         return out

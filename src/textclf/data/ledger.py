@@ -57,6 +57,11 @@ class Ledger:
         if len(self._texts) == SPILL_ROWS:
             self._flush()
 
+    @property
+    def digests(self) -> list[bytes]:
+        """sha256 of each document's normalised text, in ledger order."""
+        return self._digests
+
     def _flush(self) -> None:
         if not self._texts:
             return

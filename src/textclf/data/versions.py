@@ -66,7 +66,8 @@ def dropped_at_ingest(ingest: dict) -> dict:
     {"reason", "with": the other documents involved}}, "classes": {class: "small_class"}}: a
     skipped file or row (a table row by its id, as its path is), both copies of a text under
     two labels, a near-duplicate group under two labels (conflicts: drop), a small class's
-    documents (small_classes: drop). {} for no report."""
+    documents (small_classes: drop); with corrections, "corrected": the paths they relabelled.
+    {} for no report."""
     if not ingest:
         return {}
     paths: dict[str, dict] = {}
@@ -79,7 +80,10 @@ def dropped_at_ingest(ingest: dict) -> dict:
     for reason, members in groups:
         for path in members:
             paths[path] = {"reason": reason, "with": [p for p in members if p != path][:EXAMPLES]}
-    return {"paths": paths, "classes": {c: "small_class" for c in ingest.get("dropped_classes") or {}}}
+    out = {"paths": paths, "classes": {c: "small_class" for c in ingest.get("dropped_classes") or {}}}
+    if "relabelled_by_corrections" in ingest:  # the corrections file's relabels (data.corrections)
+        out["corrected"] = [d["path"] for d in ingest["relabelled_by_corrections"]["documents"]]
+    return out
 
 
 def _why_removed(table: pd.DataFrame, dropped: dict) -> pd.Series:
@@ -113,6 +117,9 @@ def diff(old: pd.DataFrame, new: pd.DataFrame, examples: int = EXAMPLES, dropped
                      "examples": [_example(kind, r) for r in sample.itertuples()]}
     if dropped is not None:
         out["removed"]["dropped_at_ingest"] = _dropped_summary(table[table["dropped"].notna()], examples)
+    if dropped and "corrected" in dropped:  # relabelled by the corrections file, not in the source
+        relabelled = table[table["kind"] == "relabelled"]
+        out["relabelled"]["by_corrections"] = int(relabelled["path"].isin(dropped["corrected"]).sum())
     out["split_moves"] = _moves(old, new)
     return out
 
