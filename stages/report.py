@@ -13,6 +13,8 @@ def main(argv: list[str] | None = None) -> None:
                  "predictions", "corpus", "model-dir", "run-file", "out-md", "out-html",
                  "confusion-png"):
         parser.add_argument(f"--{name}", required=True)
+    parser.add_argument("--label-issues", help="stage labels' table (without it: no label-issues section)")
+    parser.add_argument("--label-summary", help="stage labels' summary JSON")
     parser.add_argument("--lock", default="dvc.lock", help="dvc.lock, read for the lineage table")
     args = vars(parser.parse_args(argv))
     del args["params"]  # every stage takes --params; the report reads none

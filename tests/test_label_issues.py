@@ -1,5 +1,6 @@
 """Stage labels (docs/label_issues.md): planted wrong labels are found through the real stages
 (ingest, split, baseline, labels); the table keeps issue 40's contract; bad input gets one line."""
+import json
 import shutil
 
 import numpy as np
@@ -9,6 +10,8 @@ import pytest
 from stages import labels as labels_stage
 from textclf.common import UserError
 from textclf.evaluate.label_issues import COLUMNS
+from textclf.report.document import Heading, Para, Table
+from textclf.report.labels import label_metrics, label_noise_note, labels_section
 
 from conftest import REPO, ingest_tokenize_split, run_baseline, write_params
 
@@ -77,8 +80,6 @@ def test_table_keeps_the_contract(planted):
 
 
 def test_summary_counts_what_the_table_holds(planted):
-    import json
-
     tmp, _, table = planted
     summary = json.loads((tmp / "li.json").read_text())
     assert summary["flagged"] == table["flagged"].sum() == sum(summary["flagged_by_split"].values())
@@ -100,7 +101,8 @@ def test_more_folds_than_groups_is_one_line(planted, monkeypatch):
 
 
 def test_a_multilabel_corpus_is_refused_in_one_line(planted, monkeypatch):
-    """Not built yet: said so, instead of judging label sets as single labels."""
+    """Not built yet: said so (in the summary the report shows), instead of judging label sets
+    as single labels; the multi-label pipeline still runs."""
     import pyarrow.parquet as pq
 
     from textclf.data.labelsets import task_metadata
@@ -109,6 +111,35 @@ def test_a_multilabel_corpus_is_refused_in_one_line(planted, monkeypatch):
     monkeypatch.chdir(tmp)
     table = pq.read_table("c.parquet")
     pq.write_table(table.replace_schema_metadata(task_metadata(True)), "c_multi.parquet")
-    with pytest.raises(UserError, match="label issues for multi-label corpora are not built yet"):
-        labels_stage.main(["--params", "params.yaml", "--corpus", "c_multi.parquet", "--splits", "sp.parquet",
-                           "--predictions", "bp.parquet", "--table", "x.parquet", "--summary", "x.json"])
+    labels_stage.main(["--params", "params.yaml", "--corpus", "c_multi.parquet", "--splits", "sp.parquet",
+                       "--predictions", "bp.parquet", "--table", "x.parquet", "--summary", "x.json"])
+    summary = json.loads((tmp / "x.json").read_text())
+    assert summary["skipped"] == "label issues for multi-label corpora are not built yet"
+    assert pd.read_parquet("x.parquet").empty and list(pd.read_parquet("x.parquet").columns) == COLUMNS
+    assert labels_section(summary, pd.read_parquet("x.parquet"), table.to_pandas()) == [
+        Heading("Label issues"), Para(summary["skipped"] + ".")]
+    assert label_noise_note(summary) == [] and label_metrics(summary) == {}
+
+
+def test_report_section_shows_the_suspects_and_the_test_accuracy_without_them(planted):
+    """Estimated share wrong per class, the worst documents (path, given, suggested, snippet),
+    the test accuracy on unflagged test documents beside the plain one; the label_noise guard
+    named in the headline area only above labels.noise_warn; counts and rates as metrics."""
+    tmp, moved, table = planted
+    summary = json.loads((tmp / "li.json").read_text())
+    corpus = pd.read_parquet(tmp / "c.parquet")
+    blocks = labels_section(summary, table, corpus)
+    text = " ".join(b.text for b in blocks if isinstance(b, Para))
+    assert f"{summary['flagged']} of 80 labels flagged" in text
+    assert f"test accuracy **{summary['test']['accuracy']:.4f}** on all of them" in text
+    tables = [b for b in blocks if isinstance(b, Table)]
+    per_class, worst = tables[0], tables[-1]
+    assert [r[0] for r in per_class.rows] == sorted(summary["per_class"])
+    assert worst.header == ["document", "split", "given", "suggested", "quality", "text"]
+    assert {r[0] for r in worst.rows} == set(table.loc[table["flagged"], "source_path"][:summary["show"]])
+    assert all(r[2] != r[3] for r in worst.rows)  # a flagged label is not the one the models suggest
+    warned = label_noise_note({**summary, "estimated_noise": 0.2, "noise_warn": 0.1, "label_noise": "warn"})
+    assert "label_noise: warn" in warned[0].text and "20.0%" in warned[0].text
+    assert label_noise_note({**summary, "label_noise": "pass"}) == []
+    metrics = label_metrics(summary)
+    assert metrics["label_issues_flagged"] == summary["flagged"] and "label_noise_business" in metrics

@@ -34,11 +34,11 @@ COLUMNS = ["doc_id", "source_path", "split", "given", "suggested", "quality", "f
 TOP_PAIRS = 10  # overlapping class pairs kept in the summary
 
 
+SKIPPED_MULTILABEL = "label issues for multi-label corpora are not built yet"
+
+
 def read_corpus(corpus: str) -> pa.Table:
     """Every corpus document: doc_id, label, source_path, group, text (Arrow strings)."""
-    if is_multilabel(open_parquet(corpus).schema_arrow.metadata):
-        raise UserError("label issues for multi-label corpora are not built yet; remove the labels "
-                        "stage from dvc.yaml (or run `dvc repro report` with a single-label corpus).")
     import pyarrow.parquet as pq
 
     return pq.read_table(corpus, columns=["doc_id", "label", "source_path", "group", "text"])
@@ -145,6 +145,11 @@ def run_labels(paths: LabelsPaths) -> None:
     """The labels stage: out-of-sample probabilities for every document -> cleanlab -> the table."""
     params = load_params(paths.params)
     cfg: LabelsParams = params.labels
+    if is_multilabel(open_parquet(paths.corpus).schema_arrow.metadata):
+        # said in one line, in the log and the report, without failing the multi-label pipeline
+        log.warning("%s: the table is empty", SKIPPED_MULTILABEL)
+        write_parquet(pd.DataFrame({c: pd.Series(dtype=object) for c in COLUMNS}), paths.table)
+        return write_json(paths.summary, {"skipped": SKIPPED_MULTILABEL, "show": cfg.show})
     corpus = read_corpus(paths.corpus)
     doc_ids = corpus.column("doc_id").to_numpy(zero_copy_only=False)
     labels = corpus.column("label").to_numpy(zero_copy_only=False)
@@ -174,7 +179,7 @@ def run_labels(paths: LabelsPaths) -> None:
 def summary(table: pd.DataFrame, verdict: dict, cfg: LabelsParams, classes: list[str], test: dict) -> dict:
     """What the report and MLflow show of the table."""
     by_class = table.groupby("given")["flagged"].agg(["size", "sum"])
-    return {"documents": len(table), "flagged": int(table["flagged"].sum()), "folds": cfg.folds,
+    return {"documents": len(table), "flagged": int(table["flagged"].sum()), "folds": cfg.folds, "show": cfg.show,
             "estimated_noise": verdict["estimated_noise"], "noise_warn": cfg.noise_warn,
             "label_noise": "warn" if verdict["estimated_noise"] > cfg.noise_warn else "pass",
             "flagged_by_split": {s: int(n) for s, n in table.groupby("split")["flagged"].sum().items()},

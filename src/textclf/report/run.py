@@ -13,6 +13,7 @@ import yaml
 from textclf.common import read_json
 from textclf.report import figures
 from textclf.report.document import Figure, Heading, to_html, to_markdown
+from textclf.report.labels import label_metrics, label_noise_note, labels_section
 from textclf.report.sections import (baseline_section, calibration_section, data_section,
                                      data_version_section, dropped_classes, headline, lineage_section,
                                      lost_alert, mistakes_section, results_section, serving_section)
@@ -40,6 +41,9 @@ class ReportPaths:
     out_html: str
     confusion_png: str
     lock: str  # dvc.lock, read for the lineage table
+    # stage labels' table and summary (dvc.yaml passes both); None: no label-issues section
+    label_issues: str | None = None
+    label_summary: str | None = None
 
 
 def build(paths: ReportPaths, run: dict) -> tuple[list, bytes]:
@@ -53,7 +57,10 @@ def build(paths: ReportPaths, run: dict) -> tuple[list, bytes]:
     curve = pd.read_csv(paths.curve)
     collapsed = curve.loc[curve["collapsed"] == 1, "epoch"].tolist()
     ingest = read_json(paths.ingest_report)
-    blocks = [Heading("Training report", 1)] + headline(metrics, collapsed) + dropped_classes(ingest)
+    labels = read_json(paths.label_summary) if paths.label_summary else None
+    blocks = [Heading("Training report", 1)] + headline(metrics, collapsed)
+    blocks += label_noise_note(labels) if labels else []
+    blocks += dropped_classes(ingest)
     blocks += lost_alert(ingest)  # ingest dropped more than a few percent of what it saw
     blocks += data_section(ingest, read_json(paths.token_stats),
                            read_json(paths.split_counts), pd.read_csv(paths.histogram))
@@ -64,7 +71,10 @@ def build(paths: ReportPaths, run: dict) -> tuple[list, bytes]:
                                    read_json(paths.split_counts))
     confusion = figures.confusion_heatmap(metrics["confusion"])
     blocks += [Figure("confusion matrix", confusion)]
-    blocks += mistakes_section(predictions, pd.read_parquet(paths.corpus))
+    corpus = pd.read_parquet(paths.corpus)
+    blocks += mistakes_section(predictions, corpus)
+    if labels:
+        blocks += labels_section(labels, pd.read_parquet(paths.label_issues), corpus)
     blocks += calibration_section(predictions)
     blocks += lineage_section(read_json(Path(paths.model_dir) / "params.json"), run, hashes)
     return blocks, confusion
@@ -87,6 +97,7 @@ def run(paths: ReportPaths) -> None:
     if paths.corpus not in dataset_sources(training):
         log_datasets(training["run_id"], {"corpus": paths.corpus}, "source")
     logged = (paths.out_html, paths.out_md, paths.confusion_png, paths.ingest_report)
-    add_to_run(training, tags=ingest_tags(read_json(paths.ingest_report)), artifact_path="report",
-               artifacts=logged)
+    logged += (paths.label_issues, paths.label_summary) if paths.label_summary else ()
+    add_to_run(training, metrics=label_metrics(read_json(paths.label_summary)) if paths.label_summary else {},
+               tags=ingest_tags(read_json(paths.ingest_report)), artifact_path="report", artifacts=logged)
     log.info("wrote %s and %s; logged them to MLflow run %s", paths.out_md, paths.out_html, training["run_id"])

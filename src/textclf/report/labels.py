@@ -1,0 +1,71 @@
+"""The report's label-issues blocks (stage labels, docs/label_issues.md): the label_noise
+guard in the headline area, and a section with the estimated share of wrong labels per
+class, the most suspect documents, the overlapping class pairs and what the flagged test
+documents do to the test accuracy."""
+from __future__ import annotations
+
+import re
+
+import pandas as pd
+
+from textclf.report.document import Block, Heading, Para, Table
+from textclf.severity import WARNING, severity
+
+SNIPPET = 160  # characters of text shown per suspect document
+
+
+def label_noise_note(summary: dict) -> list[Block]:
+    """The label_noise guard, named beside the model's guards when it warns."""
+    if summary.get("skipped") or severity(summary["label_noise"]) != WARNING:
+        return []
+    return [Para(f"Guard warnings: label_noise: warn (an estimated {summary['estimated_noise']:.1%} of the "
+                 f"labels are wrong, above labels.noise_warn={summary['noise_warn']}; every test score is "
+                 "measured against them: see Label issues).")]
+
+
+def labels_section(summary: dict, table: pd.DataFrame, corpus: pd.DataFrame) -> list[Block]:
+    if summary.get("skipped"):
+        return [Heading("Label issues"), Para(summary["skipped"] + ".")]
+    test = summary["test"]
+    blocks: list[Block] = [
+        Heading("Label issues"),
+        Para(f"Every document judged by models that never saw it (the TF-IDF baseline in "
+             f"{summary['folds']} folds grouped by near-duplicate group; on test, averaged with the "
+             f"fine-tuned model), by cleanlab's confident learning: **{summary['flagged']} of "
+             f"{summary['documents']} labels flagged** as probably wrong, an estimated "
+             f"**{summary['estimated_noise']:.1%}** of the labels wrong "
+             f"(by split: {', '.join(f'{s} {n}' for s, n in summary['flagged_by_split'].items())})."),
+        Para(f"Test: {test['flagged']} of {test['documents']} test documents flagged; test accuracy "
+             f"**{fmt(test['accuracy'])}** on all of them, **{fmt(test['accuracy_unflagged'])}** on the "
+             "ones not flagged: how far a wrong test label can move the headline."),
+        Table(["class", "documents", "flagged", "estimated share wrong"],
+              [[c, v["documents"], v["flagged"], f"{v['noise_rate']:.1%}"]
+               for c, v in summary["per_class"].items()])]
+    if summary["overlapping"]:
+        blocks.append(Table(["class", "class", "documents in the overlap", "joint probability"],
+                            [[p["a"], p["b"], p["documents"], f"{p['joint']:.4f}"] for p in summary["overlapping"]]))
+    worst = table[table["flagged"]].head(summary["show"])
+    if worst.empty:
+        return blocks + [Para("No label flagged.")]
+    worst = worst.merge(corpus[["doc_id", "text"]], on="doc_id", how="left")
+    rows = [[r.source_path, r.split, r.given, r.suggested, f"{r.quality:.3f}",
+             " ".join(str(r.text).split())[:SNIPPET] + "…"] for r in worst.itertuples()]
+    return blocks + [Para(f"The {len(rows)} most suspect (reports/label_issues.parquet holds every document):"),
+                     Table(["document", "split", "given", "suggested", "quality", "text"], rows)]
+
+
+def fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.4f}"
+
+
+def label_metrics(summary: dict) -> dict[str, float]:
+    """Counts and rates logged as metrics on the training run."""
+    if summary.get("skipped"):
+        return {}
+    out = {"label_issues_flagged": summary["flagged"], "label_noise_estimated": summary["estimated_noise"],
+           "label_issues_test_flagged": summary["test"]["flagged"]}
+    if summary["test"]["accuracy_unflagged"] is not None:
+        out["test_accuracy_unflagged"] = summary["test"]["accuracy_unflagged"]
+    # a metric name allows letters, digits and _ - . space /: any other character of a class becomes _
+    return out | {"label_noise_" + re.sub(r"[^\w\-. /]", "_", c): v["noise_rate"]
+                  for c, v in summary["per_class"].items()}
