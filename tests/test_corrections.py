@@ -7,6 +7,7 @@ import shutil
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -130,3 +131,46 @@ def test_an_uncorrected_exact_copy_is_refused(tmp_path):
         corpus(source, fixes)
     both = corrections(tmp_path, "doc,label\nbusiness/01.txt,drop\nbusiness/17.txt,drop\n")
     assert corpus(source, both)[1]["dropped_by_corrections"]["count"] == 2
+
+
+def test_a_multilabel_table_is_corrected_by_row_and_by_id(tmp_path):
+    """A table's document is named by its row (file:row) or its id column; a multi-label
+    correction joins labels with "|", as the label-issues table does."""
+    from textclf.config import NearDuplicateParams
+    from textclf.data.tables import Columns
+    off = NearDuplicateParams(enabled=False)  # the rows below are near-copies of each other
+    words = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
+    rows = [{"id": f"r{i}", "text": " ".join(words[i:] + words[:i]) + f" document {i}",
+             "label": ["x|y", "y", "x|z", "z"][i % 4]} for i in range(12)]
+    pd.DataFrame(rows).to_csv(tmp_path / "t.csv", index=False)
+    multi = Columns(id="id", multilabel=True, label_delimiter="|")
+    fixes = read_corrections(_write(tmp_path, "doc,label\nr1,y|z\nr3,drop\n"), multilabel=True)
+    table, report = build_corpus(tmp_path / "t.csv", MAX, 1, off, columns=multi, corrections=fixes)
+    assert table.set_index("doc_id").loc[doc_id("r1"), "label"] == '["y", "z"]'
+    assert "r3" not in set(table["source_path"]) and report["dropped_by_corrections"]["count"] == 1
+    unknown = read_corrections(_write(tmp_path, "doc,label\nr1,y|w\n"), multilabel=True)
+    with pytest.raises(UserError, match="gives label 'w', which no class has"):
+        build_corpus(tmp_path / "t.csv", MAX, 1, off, columns=multi, corrections=unknown)
+    by_row = read_corrections(_write(tmp_path, "doc,label\nt.csv:2,z\n"))
+    _, report = build_corpus(tmp_path / "t.csv", MAX, 1, off, columns=Columns(), corrections=by_row)
+    assert report["relabelled_by_corrections"]["documents"][0]["path"] == "t.csv:2"
+
+
+def _write(folder: Path, text: str) -> Path:
+    (folder / "fixes.csv").write_text(text)
+    return folder / "fixes.csv"
+
+
+def test_a_relabelled_near_duplicate_whose_group_keeps_the_old_label_is_refused(tmp_path):
+    """conflicts: drop would drop the corrected document with its near-copy: the correction
+    would remove the text it meant to relabel."""
+    source = tmp_path / "src"
+    shutil.copytree(SAMPLE, source)
+    words = (source / "business" / "01.txt").read_text(encoding="utf-8").split()
+    words[len(words) // 2] = "indeed"
+    (source / "business" / "17.txt").write_text(" ".join(words), encoding="utf-8")
+    with pytest.raises(UserError, match=r"relabels business/01.txt 'tech', but its near-duplicate\(s\) "
+                                        r"business/17.txt keep another label"):
+        corpus(source, corrections(tmp_path, "doc,label\nbusiness/01.txt,tech\n"))
+    _, report = corpus(source, corrections(tmp_path, "doc,label\nbusiness/01.txt,tech\nbusiness/17.txt,tech\n"))
+    assert report["relabelled_by_corrections"]["count"] == 2 and report["skipped"] == {}

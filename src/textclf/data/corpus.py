@@ -264,6 +264,8 @@ def write_corpus(source: Path | str, out: Path | str, max_bytes: int, min_per_cl
             report.corrections = corrections.to_json()
         order = ledger.dedupe(report)  # a folder's entries came sorted by path
         order, group_of = _group_near_duplicates(ledger, order, near_duplicates, report)
+        if corrections and report.corrections:
+            corrections.check_groups(report.near_duplicates.get("mixed_label_groups", []))
         if columns.multilabel:  # a label set is no class: its labels are
             class_folders = set(per_label(Counter(class_folders)))
         if small_classes == "drop":

@@ -7,7 +7,8 @@ raw file), so the stable split, which places a document by its text alone, keeps
 Every bad file stops ingest in one line naming the file, the row and the fix: a file that is
 no CSV of `doc,label`, a document named twice with two answers, a document the source does not
 hold (most of them: another corpus's file), a label no class has, an exact copy of a corrected
-text left uncorrected (the copy would bring the old label back, or keep a dropped text).
+text left uncorrected (the copy would bring the old label back, or keep a dropped text), a
+relabelled near-duplicate whose group keeps the old label (conflicts: drop would drop it).
 """
 from __future__ import annotations
 
@@ -102,6 +103,18 @@ class Corrections:
                 raise UserError(f"{self.where(d)} corrects {named}, but {path} holds the same text "
                                 f"(an exact copy, labelled {label!r}): add a row for {path} with the same "
                                 "answer.")
+
+    def check_groups(self, mixed: list[dict[str, Any]]) -> None:
+        """A relabelled document in a near-duplicate group that ingest drops for its mixed
+        labels (ingest_report.json's mixed_label_groups): the correction would drop the text."""
+        fixed = {e["path"]: e for e in self.relabelled}
+        for group in (g for g in mixed if g["action"] == "dropped"):
+            for path in (p for p in group["paths"] if p in fixed):
+                others = [p for p in group["paths"] if p not in fixed]
+                raise UserError(f"{self.path} row {fixed[path]['row']} relabels {path} {fixed[path]['new_label']!r}, "
+                                f"but its near-duplicate(s) {', '.join(others[:3])} keep another label, and "
+                                "ingest.near_duplicates.conflicts: drop would drop them all: add rows for them with "
+                                "the same answer.")
 
     def _distinct(self) -> list[Decision]:
         return sorted({d.row: d for d in self.by_name.values()}.values(), key=lambda d: d.row)
