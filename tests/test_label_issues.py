@@ -143,3 +143,43 @@ def test_report_section_shows_the_suspects_and_the_test_accuracy_without_them(pl
     assert label_noise_note({**summary, "label_noise": "pass"}) == []
     metrics = label_metrics(summary)
     assert metrics["label_issues_flagged"] == summary["flagged"] and "label_noise_business" in metrics
+
+
+def test_report_stage_shows_label_issues_and_logs_them_into_the_training_run(tmp_path, tiny_trained, monkeypatch):
+    """The real stages: labels on a trained model's test predictions, then report with the two
+    files dvc.yaml passes -> the section in report.md, metrics and artifacts on the run."""
+    import mlflow
+    from mlflow import MlflowClient
+
+    from stages import report
+
+    folder, trained = tiny_trained
+    for name in ("r.json", "s.json", "n.json", "h.csv", "curve.csv", "metrics.json", "diff.json", "pred.parquet",
+                 "c.parquet", "sp.parquet", "params.yaml"):
+        shutil.copy2(folder / name, tmp_path / name)
+    shutil.copytree(folder / "model", tmp_path / "model")
+    monkeypatch.chdir(tmp_path)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    mlflow.set_tracking_uri(uri)  # mlflow_state_is_restored after the test
+    with mlflow.start_run() as run:
+        pass
+    (tmp_path / "run.json").write_text(json.dumps({**trained, "run_id": run.info.run_id, "tracking_uri": uri,
+                                                   "experiment_id": run.info.experiment_id}))
+    p = ["--params", "params.yaml"]
+    labels_stage.main(p + ["--corpus", "c.parquet", "--splits", "sp.parquet", "--predictions", "pred.parquet",
+                           "--table", "li.parquet", "--summary", "li.json"])
+    report.main(p + ["--ingest-report", "r.json", "--token-stats", "s.json", "--split-counts", "n.json",
+                     "--histogram", "h.csv", "--curve", "curve.csv", "--metrics", "metrics.json",
+                     "--data-diff", "diff.json", "--predictions", "pred.parquet", "--corpus", "c.parquet",
+                     "--model-dir", "model", "--run-file", "run.json", "--out-md", "report.md",
+                     "--out-html", "report.html", "--confusion-png", "confusion.png",
+                     "--label-issues", "li.parquet", "--label-summary", "li.json"])
+    summary = json.loads((tmp_path / "li.json").read_text())
+    md = (tmp_path / "report.md").read_text()
+    assert "## Label issues" in md and f"{summary['flagged']} of {summary['documents']} labels flagged" in md
+    logged = MlflowClient(uri).get_run(run.info.run_id)
+    assert logged.data.metrics["label_issues_flagged"] == summary["flagged"]
+    assert logged.data.metrics["label_noise_estimated"] == pytest.approx(summary["estimated_noise"])
+    files = {f.path for f in MlflowClient(uri).list_artifacts(run.info.run_id, "report")}
+    assert {"report/li.parquet", "report/li.json"} <= files  # dvc.yaml's: label_issues.parquet, .json
