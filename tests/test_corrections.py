@@ -83,6 +83,11 @@ def test_a_corrected_document_keeps_its_split_side_and_the_diff_says_so(tmp_path
     assert found["split_moves"]["moved"] == 2
 
 
+def test_a_document_named_by_its_path_and_its_id_with_one_answer_is_one_correction(tmp_path):
+    fixes = corrections(tmp_path, f"doc,label\nbusiness/01.txt,tech\n{doc_id('business/01.txt')},tech\n")
+    assert corpus(fixes=fixes)[1]["relabelled_by_corrections"]["count"] == 1  # was: row 3 "names no document"
+
+
 def test_the_ingest_stage_reads_the_file_it_is_given(tmp_path):
     (tmp_path / "c.csv").write_text("doc,label\ntech/05.txt,business\n")
     params = tmp_path / "params.yaml"

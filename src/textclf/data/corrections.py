@@ -49,21 +49,19 @@ class Corrections:
     def where(self, d: Decision) -> str:
         return f"{self.path} row {d.row} ({d.doc!r})"
 
-    def decision(self, path: str) -> Decision | None:
-        """The decision for the document at `path` (named by its path or its doc_id)."""
-        by_path, by_id = self.by_name.get(path), self.by_name.get(doc_id(path))
-        if by_path and by_id and by_path.label != by_id.label:
-            raise UserError(f"{self.where(by_path)} and row {by_id.row} ({by_id.doc!r}) name the same document "
-                            f"with two answers ({by_path.label or DROP} / {by_id.label or DROP}): keep one row.")
-        return by_path or by_id
-
     def apply(self, label: str, path: str, digest: bytes) -> str | None:
         """A document read (its label, path below the source, text digest) -> its label after
-        the corrections (None: dropped by one); recorded for the report."""
-        d = self.decision(path)
-        if d is None:
+        the corrections (None: dropped by one); recorded for the report. A document may be
+        named by its path, its doc_id, or both with one answer."""
+        found = [d for d in (self.by_name.get(path), self.by_name.get(doc_id(path))) if d]
+        if not found:
             return label
-        self._used.add(d.row)
+        if len({d.label for d in found}) > 1:
+            one, other = found
+            raise UserError(f"{self.where(one)} and row {other.row} ({other.doc!r}) name the same document "
+                            f"with two answers ({one.label or DROP} / {other.label or DROP}): keep one row.")
+        self._used.update(d.row for d in found)
+        d = found[0]
         self._texts[digest] = (d, path)
         entry = {"path": path, "doc_id": doc_id(path), "label": label, "row": d.row}
         if d.label is None:
