@@ -18,6 +18,7 @@ from stages import ingest  # noqa: E402
 from textclf.common import UserError  # noqa: E402
 from textclf.data.corpus import build_corpus  # noqa: E402
 from textclf.data.corrections import read_corrections  # noqa: E402
+from textclf.data.ingest_report import lost_line  # noqa: E402
 from textclf.data.ledger import doc_id  # noqa: E402
 from textclf.data.splitting import stable_split  # noqa: E402
 from textclf.data.versions import diff, dropped_at_ingest  # noqa: E402
@@ -51,6 +52,13 @@ def test_a_relabel_and_a_drop_are_applied_and_accounted(tmp_path):
     assert report["skipped"] == {"dropped_by_correction": 1}  # counted: files seen = kept + skipped
     assert report["per_class"] == {"business": 15, "entertainment": 16, "politics": 16, "sport": 15, "tech": 17}
     assert report["corrections"]["rows"] == 2 and len(report["corrections"]["md5"]) == 32
+
+
+def test_documents_dropped_by_corrections_are_no_loss(tmp_path):
+    """Dropping 10 of 80 documents is a person's decision: no "ingest dropped ... above 5 %" line."""
+    rows = "".join(f"sport/{i:02d}.txt,drop\n" for i in range(1, 11))
+    report = corpus(fixes=corrections(tmp_path, "doc,label\n" + rows))[1]
+    assert report["skipped"] == {"dropped_by_correction": 10} and lost_line(report) is None
 
 
 def test_a_header_only_file_changes_nothing(tmp_path):

@@ -76,6 +76,16 @@ def test_accept_refuses_a_decision_that_contradicts_the_corrections_file(reviewe
     assert fixes.read_text() == "doc,label\nbusiness/01.txt,entertainment\n"  # nothing written
 
 
+def test_accept_refuses_a_decision_that_names_no_document(reviewed):
+    folder, sheet, _ = reviewed
+    table = pd.read_csv(sheet)
+    table.loc[0, "source_path"] = None
+    table.to_csv(sheet, index=False)
+    with pytest.raises(UserError, match="row 2 decides 'tech' but names no document"):
+        main(["accept", str(sheet), "--corrections", str(folder / "corrections.csv")])
+    assert not (folder / "corrections.csv").exists()
+
+
 def test_review_refuses_a_table_of_another_data_version(reviewed, tmp_path):
     folder, _, corpus = reviewed
     other = corpus.assign(doc_id=corpus["doc_id"].str[::-1])

@@ -89,6 +89,9 @@ def accept(review_file: str, corrections: str) -> int:
     said = {row["doc"]: (f"{corrections} row {line}", row["label"]) for line, row in existing}
     added: list[dict[str, str]] = []
     for line, row in decided:
+        if not row["source_path"] or not row["doc_id"]:
+            raise UserError(f"{review_file} row {line} decides {row['label']!r} but names no document (blank doc_id "
+                            "or source_path): keep the columns the review command wrote.")
         for name in (row["doc_id"], row["source_path"]):
             if name in said and said[name][1] != row["label"]:
                 raise UserError(f"{review_file} row {line} decides {row['label']!r} for {name}, but "
