@@ -183,3 +183,20 @@ def test_report_stage_shows_label_issues_and_logs_them_into_the_training_run(tmp
     assert logged.data.metrics["label_noise_estimated"] == pytest.approx(summary["estimated_noise"])
     files = {f.path for f in MlflowClient(uri).list_artifacts(run.info.run_id, "report")}
     assert {"report/li.parquet", "report/li.json"} <= files  # dvc.yaml's: label_issues.parquet, .json
+
+
+@pytest.mark.slow
+def test_past_hashing_from_the_folds_use_the_hashed_baseline(planted, monkeypatch, caplog):
+    """baseline.hashing_from: 0 forces the bounded-memory path (hashed n-grams + SGD) on every
+    fold; the table keeps its contract (about 80 s on 2 cores: SGD passes over 20 000 documents)."""
+    import logging
+
+    tmp, _, _ = planted
+    monkeypatch.chdir(tmp)
+    params = write_params(tmp / "params_hashed.yaml", baseline={"hashing_from": 0}, labels={"folds": 2})
+    with caplog.at_level(logging.INFO):
+        labels_stage.main(["--params", str(params), "--corpus", "c.parquet", "--splits", "sp.parquet",
+                           "--predictions", "bp.parquet", "--table", "h.parquet", "--summary", "h.json"])
+    assert "hashed n-grams" in caplog.text
+    table = pd.read_parquet("h.parquet")
+    assert list(table.columns) == COLUMNS and len(table) == 80 and table["quality"].between(0, 1).all()

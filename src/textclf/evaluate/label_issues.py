@@ -71,6 +71,8 @@ def cross_fit(texts: pa.ChunkedArray, labels: np.ndarray, classes: list[str], fo
             seen, p = fit_and_predict(texts.take(pa.array(train)).to_pylist(), labels[train].tolist(),
                                       texts.take(pa.array(held)).to_pylist(), cfg, weights)
         else:  # the baseline stage's hashed path: never a vocabulary, scored a batch at a time
+            log.info("fold %d: %d training documents >= baseline.hashing_from=%d: hashed n-grams + SGD",
+                     k + 1, len(train), cfg.hashing_from)
             features, model = fit_hashed(texts.take(pa.array(train)), labels[train], cfg, weights)
             held_texts = texts.take(pa.array(held))
             p = np.concatenate([model.predict_proba(features(held_texts.slice(i, BATCH).to_pylist()))
