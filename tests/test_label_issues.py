@@ -200,3 +200,13 @@ def test_past_hashing_from_the_folds_use_the_hashed_baseline(planted, monkeypatc
     assert "hashed n-grams" in caplog.text
     table = pd.read_parquet("h.parquet")
     assert list(table.columns) == COLUMNS and len(table) == 80 and table["quality"].between(0, 1).all()
+
+
+def test_a_split_from_another_corpus_is_one_line(planted, monkeypatch):
+    """A corpus document in no split would get a made-up split: refused, naming the fix."""
+    tmp, _, _ = planted
+    monkeypatch.chdir(tmp)
+    pd.read_parquet("sp.parquet").iloc[1:].to_parquet("sp_short.parquet")
+    with pytest.raises(UserError, match="1 corpus document.s. are in no split.*rerun `dvc repro split`"):
+        labels_stage.main(["--params", "params.yaml", "--corpus", "c.parquet", "--splits", "sp_short.parquet",
+                           "--predictions", "bp.parquet", "--table", "x.parquet", "--summary", "x.json"])

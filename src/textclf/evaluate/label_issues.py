@@ -165,8 +165,13 @@ def run_labels(paths: LabelsPaths) -> None:
     given = pd.Index(classes).get_indexer(labels)
     verdict = judge(given, probs, classes)
     split = pd.read_parquet(paths.splits, columns=["doc_id", "split"]).set_index("doc_id")["split"]
-    table = pd.DataFrame({"doc_id": doc_ids, "source_path": corpus.column("source_path").to_numpy(zero_copy_only=False),
-                          "split": split.reindex(doc_ids).fillna("none").to_numpy(), "given": labels,
+    split = split.reindex(doc_ids)
+    if split.isna().any():
+        raise UserError(f"{int(split.isna().sum())} corpus document(s) are in no split of {paths.splits}: the "
+                        "split was made from another corpus; rerun `dvc repro split`.")
+    table = pd.DataFrame({"doc_id": doc_ids,
+                          "source_path": corpus.column("source_path").to_numpy(zero_copy_only=False),
+                          "split": split.to_numpy(), "given": labels,
                           "suggested": np.asarray(classes, dtype=object)[probs.argmax(axis=1)],
                           "quality": verdict["quality"].astype(float), "flagged": verdict["flagged"].astype(bool),
                           "judged_by": judged_by})

@@ -43,7 +43,8 @@ def labels_section(summary: dict, table: pd.DataFrame, corpus: pd.DataFrame) -> 
                for c, v in summary["per_class"].items()])]
     if summary["overlapping"]:
         blocks.append(Table(["class", "class", "documents in the overlap", "joint probability"],
-                            [[p["a"], p["b"], p["documents"], f"{p['joint']:.4f}"] for p in summary["overlapping"]]))
+                            [[p["a"], p["b"], p["documents"], f"{p['joint']:.4f}"]
+                             for p in summary["overlapping"]]))
     worst = table[table["flagged"]].head(summary["show"])
     if worst.empty:
         return blocks + [Para("No label flagged.")]
