@@ -142,7 +142,7 @@ def test_report_section_shows_the_suspects_and_the_test_accuracy_without_them(pl
     assert "label_noise: warn" in warned[0].text and "20.0%" in warned[0].text
     assert label_noise_note({**summary, "label_noise": "pass"}) == []
     metrics = label_metrics(summary)
-    assert metrics["label_issues_flagged"] == summary["flagged"] and "label_noise_business" in metrics
+    assert metrics["label_issues_flagged"] == summary["flagged"] and "label_noise.business" in metrics
 
 
 def test_report_stage_shows_label_issues_and_logs_them_into_the_training_run(tmp_path, tiny_trained, monkeypatch):

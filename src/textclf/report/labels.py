@@ -4,10 +4,9 @@ class, the most suspect documents, the overlapping class pairs and what the flag
 documents do to the test accuracy."""
 from __future__ import annotations
 
-import re
-
 import pandas as pd
 
+from textclf.evaluate.metrics import metric_names
 from textclf.report.document import Block, Heading, Para, Table
 from textclf.severity import WARNING, severity
 
@@ -67,6 +66,5 @@ def label_metrics(summary: dict) -> dict[str, float]:
            "label_issues_test_flagged": summary["test"]["flagged"]}
     if summary["test"]["accuracy_unflagged"] is not None:
         out["test_accuracy_unflagged"] = summary["test"]["accuracy_unflagged"]
-    # a metric name allows letters, digits and _ - . space /: any other character of a class becomes _
-    return out | {"label_noise_" + re.sub(r"[^\w\-. /]", "_", c): v["noise_rate"]
-                  for c, v in summary["per_class"].items()}
+    names = metric_names(list(summary["per_class"]))  # as test_f1.<name>: MLflow-safe, never colliding
+    return out | {f"label_noise.{names[c]}": v["noise_rate"] for c, v in summary["per_class"].items()}
