@@ -78,7 +78,7 @@ def cross_fit(texts: pa.ChunkedArray, labels: np.ndarray, classes: list[str], fo
             p = np.concatenate([model.predict_proba(features(held_texts.slice(i, BATCH).to_pylist()))
                                 for i in range(0, len(held), BATCH)])
             seen = [str(c) for c in model.classes_]
-        probs[np.ix_(held, [column[c] for c in seen])] = p
+        probs[np.ix_(held, np.array([column[c] for c in seen]))] = p
         log.info("fold %d/%d: %d documents judged by a baseline fitted on %d", k + 1, fold.max() + 1,
                  len(held), len(train))
     return probs

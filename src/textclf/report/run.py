@@ -96,8 +96,9 @@ def run(paths: ReportPaths) -> None:
     Path(paths.confusion_png).write_bytes(confusion)
     if paths.corpus not in dataset_sources(training):
         log_datasets(training["run_id"], {"corpus": paths.corpus}, "source")
-    logged = (paths.out_html, paths.out_md, paths.confusion_png, paths.ingest_report)
-    logged += (paths.label_issues, paths.label_summary) if paths.label_summary else ()
+    logged: tuple[str, ...] = (paths.out_html, paths.out_md, paths.confusion_png, paths.ingest_report)
+    if paths.label_issues and paths.label_summary:
+        logged += (paths.label_issues, paths.label_summary)
     add_to_run(training, metrics=label_metrics(read_json(paths.label_summary)) if paths.label_summary else {},
                tags=ingest_tags(read_json(paths.ingest_report)), artifact_path="report", artifacts=logged)
     log.info("wrote %s and %s; logged them to MLflow run %s", paths.out_md, paths.out_html, training["run_id"])
