@@ -33,7 +33,7 @@ def runs(repo: Path):
 
 def test_dvc_repro_end_to_end(reproduced, tmp_path):
     repo, out = reproduced
-    assert ran(out) == {"ingest", "tokenize", "split", "baseline", "train", "export", "evaluate", "report"}
+    assert ran(out) == {"ingest", "tokenize", "split", "baseline", "train", "export", "evaluate", "labels", "report"}
     for rel in ("data/interim/corpus.parquet", "data/interim/ingest_report.json",
                 "data/processed/tokens.parquet", "data/processed/splits.parquet",
                 "models/model/model.safetensors", "reports/train_curve.csv",
@@ -105,7 +105,7 @@ def test_a_changed_train_param_reruns_train_evaluate_and_report(reproduced, tmp_
     repo = copy_reproduced(reproduced, tmp_path / "repo")
     write_params(repo / "params.yaml", train={"epochs": 2})
     store = f"sqlite:///{tmp_path / 'rerun.db'}"
-    assert ran(dvc(repo, "repro", env={"MLFLOW_TRACKING_URI": store})) == {"train", "export", "evaluate", "report"}
+    assert ran(dvc(repo, "repro", env={"MLFLOW_TRACKING_URI": store})) == {"train", "export", "evaluate", "labels", "report"}
     client = MlflowClient(store)
     (run,) = client.search_runs([client.get_experiment_by_name("textclf").experiment_id])
     assert run.data.params["train.epochs"] == "2" and "test_accuracy" in run.data.metrics
