@@ -75,3 +75,12 @@ def test_an_experiment_the_queue_lost_is_named_not_waited_on(queue_repo):
                                         "worker runs it. `dvc queue kill` it") as err:
         dvc_exps.run_queued(["lost"], 1, poll=1)
     assert "\n" not in str(err.value) and time.monotonic() - started < 60
+
+
+def test_a_short_experiment_is_seen_done_in_seconds_not_a_whole_poll(queue_repo):
+    """The waits between status calls start at 1 s and double up to `poll`: an experiment that
+    takes seconds is not waited on for a whole poll (60 s here; it was, every time, in sweeps)."""
+    dvc_exps.queue("quick", ["sleep=0"])
+    started = time.monotonic()
+    assert dvc_exps.run_queued(["quick"], 1, poll=60) == {"quick": "Success"}
+    assert time.monotonic() - started < 40

@@ -13,7 +13,9 @@ from pathlib import Path
 from textclf.common import UserError
 
 log = logging.getLogger(__name__)
-POLL_SECONDS = 15
+POLL_SECONDS = 15  # the longest wait between two `dvc queue status` calls (each about 1 s of CPU)
+FIRST_POLL = 1.0  # the first wait, doubled each poll up to POLL_SECONDS: short experiments are
+# seen done within seconds, long ones cost one status call per POLL_SECONDS
 STATES = ("Queued", "Running", "Success", "Failed")
 # DVC's queue workers are temporary: each stops about 10 s after it finds the queue empty, and a
 # message it takes while stopping is dropped (celery's restore_at_shutdown is off), leaving the
@@ -83,7 +85,7 @@ def run_queued(names: list[str], jobs: int, poll: float = POLL_SECONDS) -> dict[
     the queue: a UserError names them (waiting would be forever)."""
     dvc("queue", "start", "-j", str(jobs))
     log.info("queued %s; waiting (dvc queue status / dvc queue logs NAME show progress)", ", ".join(names))
-    unrun = 0
+    unrun, wait = 0, min(FIRST_POLL, poll)
     while True:
         status = dvc("queue", "status")
         states = queue_states(status, names)
@@ -95,7 +97,8 @@ def run_queued(names: list[str], jobs: int, poll: float = POLL_SECONDS) -> dict[
             raise UserError(f"DVC's queue lost {', '.join(running)}: Running in `dvc queue status`, but no "
                             "queue worker runs it. `dvc queue kill` it (that marks it Failed), then rerun "
                             "the same command.")
-        time.sleep(poll)
+        time.sleep(wait)
+        wait = min(2 * wait, poll)
 
 
 def shown() -> list[dict]:
