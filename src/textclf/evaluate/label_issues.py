@@ -21,10 +21,11 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from textclf.common import UserError, open_parquet, write_json, write_parquet
+from textclf.common import UserError, write_json, write_parquet
 from textclf.config import BaselineParams, LabelsParams, load_params
-from textclf.data.labelsets import is_multilabel
+from textclf.data.labelsets import is_multilabel, labels_of
 from textclf.evaluate.baseline import BATCH, fit_and_predict, fit_hashed
+from textclf.evaluate.label_issues_multilabel import cross_fit_sets, judge_sets
 from textclf.inference.frames import PROB_PREFIX
 
 log = logging.getLogger(__name__)
@@ -32,9 +33,6 @@ log = logging.getLogger(__name__)
 # the table's columns, in order (issue 40's contract with the corrections command)
 COLUMNS = ["doc_id", "source_path", "split", "given", "suggested", "quality", "flagged", "judged_by"]
 TOP_PAIRS = 10  # overlapping class pairs kept in the summary
-
-
-SKIPPED_MULTILABEL = "label issues for multi-label corpora are not built yet"
 
 
 def read_corpus(corpus: str) -> pa.Table:
@@ -147,32 +145,31 @@ def run_labels(paths: LabelsPaths) -> None:
     """The labels stage: out-of-sample probabilities for every document -> cleanlab -> the table."""
     params = load_params(paths.params)
     cfg: LabelsParams = params.labels
-    if is_multilabel(open_parquet(paths.corpus).schema_arrow.metadata):
-        # said in one line, in the log and the report, without failing the multi-label pipeline
-        log.warning("%s: the table is empty", SKIPPED_MULTILABEL)
-        write_parquet(pd.DataFrame({c: pd.Series(dtype=object) for c in COLUMNS}), paths.table)
-        return write_json(paths.summary, {"skipped": SKIPPED_MULTILABEL, "show": cfg.show})
     corpus = read_corpus(paths.corpus)
+    multilabel = is_multilabel(corpus.schema.metadata)
     doc_ids = corpus.column("doc_id").to_numpy(zero_copy_only=False)
-    labels = corpus.column("label").to_numpy(zero_copy_only=False)
-    classes = sorted(set(labels.tolist()))
-    fold = fold_of(labels, corpus.column("group").to_numpy(zero_copy_only=False), cfg.folds,
-                   params.baseline.seed)
-    probs = cross_fit(corpus.column("text"), labels, classes, fold, params.baseline,
-                      params.train.class_weights)
+    labels = corpus.column("label").to_numpy(zero_copy_only=False)  # (N,) a class, or a label set
+    classes = sorted({c for s in set(labels.tolist()) for c in labels_of(s)} if multilabel else set(labels.tolist()))
+    # multi-label: folds stratified by each document's first label (a label set is too rare a stratum)
+    strata = np.array([(labels_of(s) or [""])[0] for s in labels.tolist()], dtype=object) if multilabel else labels
+    fold = fold_of(strata, corpus.column("group").to_numpy(zero_copy_only=False), cfg.folds, params.baseline.seed)
+    if multilabel:
+        probs = cross_fit_sets(corpus.column("text").to_pylist(), labels, classes, fold, params.baseline,
+                               params.train.class_weights)
+    else:
+        probs = cross_fit(corpus.column("text"), labels, classes, fold, params.baseline,
+                          params.train.class_weights)
     predictions = pd.read_parquet(paths.predictions)
     judged_by = with_model(probs, doc_ids, classes, predictions)
-    given = pd.Index(classes).get_indexer(labels)
-    verdict = judge(given, probs, classes)
-    split = pd.read_parquet(paths.splits, columns=["doc_id", "split"]).set_index("doc_id")["split"]
-    split = split.reindex(doc_ids)
-    if split.isna().any():
-        raise UserError(f"{int(split.isna().sum())} corpus document(s) are in no split of {paths.splits}: the "
-                        "split was made from another corpus; rerun `dvc repro split`.")
+    if multilabel:
+        verdict = judge_sets(labels, probs, classes)
+        suggested = verdict["suggested"]
+    else:
+        verdict = judge(pd.Index(classes).get_indexer(labels), probs, classes)
+        suggested = np.asarray(classes, dtype=object)[probs.argmax(axis=1)]
     table = pd.DataFrame({"doc_id": doc_ids,
                           "source_path": corpus.column("source_path").to_numpy(zero_copy_only=False),
-                          "split": split.to_numpy(), "given": labels,
-                          "suggested": np.asarray(classes, dtype=object)[probs.argmax(axis=1)],
+                          "split": split_of(paths.splits, doc_ids), "given": labels, "suggested": suggested,
                           "quality": verdict["quality"].astype(float), "flagged": verdict["flagged"].astype(bool),
                           "judged_by": judged_by})
     # most suspect first; ties in corpus order (a stable sort), so the table is reproducible
@@ -183,9 +180,24 @@ def run_labels(paths: LabelsPaths) -> None:
              len(table), verdict["estimated_noise"])
 
 
+def split_of(splits: str, doc_ids: np.ndarray) -> np.ndarray:
+    """(N,) each corpus document's split, in corpus order."""
+    split = pd.read_parquet(splits, columns=["doc_id", "split"]).set_index("doc_id")["split"].reindex(doc_ids)
+    if split.isna().any():
+        raise UserError(f"{int(split.isna().sum())} corpus document(s) are in no split of {splits}: the "
+                        "split was made from another corpus; rerun `dvc repro split`.")
+    return split.to_numpy()
+
+
+def per_class(table: pd.DataFrame, classes: list[str]) -> pd.DataFrame:
+    """Per class (per label of a multi-label corpus): its documents and how many are flagged."""
+    carried = table.assign(label=table["given"].map(lambda g: labels_of(g) if g.startswith("[") else [g]))
+    return carried.explode("label").groupby("label")["flagged"].agg(["size", "sum"]).reindex(classes, fill_value=0)
+
+
 def summary(table: pd.DataFrame, verdict: dict, cfg: LabelsParams, classes: list[str], test: dict) -> dict:
     """What the report and MLflow show of the table."""
-    by_class = table.groupby("given")["flagged"].agg(["size", "sum"])
+    by_class = per_class(table, classes)
     return {"documents": len(table), "flagged": int(table["flagged"].sum()), "folds": cfg.folds, "show": cfg.show,
             "estimated_noise": verdict["estimated_noise"], "noise_warn": cfg.noise_warn,
             "label_noise": "warn" if verdict["estimated_noise"] > cfg.noise_warn else "pass",

@@ -15,7 +15,7 @@ SNIPPET = 160  # characters of text shown per suspect document
 
 def label_noise_note(summary: dict) -> list[Block]:
     """The label_noise guard, named beside the model's guards when it warns."""
-    if summary.get("skipped") or severity(summary["label_noise"]) != WARNING:
+    if severity(summary["label_noise"]) != WARNING:
         return []
     return [Para(f"Guard warnings: label_noise: warn (an estimated {summary['estimated_noise']:.1%} of the "
                  f"labels are wrong, above labels.noise_warn={summary['noise_warn']}; every test score is "
@@ -23,8 +23,6 @@ def label_noise_note(summary: dict) -> list[Block]:
 
 
 def labels_section(summary: dict, table: pd.DataFrame, corpus: pd.DataFrame) -> list[Block]:
-    if summary.get("skipped"):
-        return [Heading("Label issues"), Para(summary["skipped"] + ".")]
     test = summary["test"]
     blocks: list[Block] = [
         Heading("Label issues"),
@@ -60,8 +58,6 @@ def fmt(value: float | None) -> str:
 
 def label_metrics(summary: dict) -> dict[str, float]:
     """Counts and rates logged as metrics on the training run."""
-    if summary.get("skipped"):
-        return {}
     out = {"label_issues_flagged": summary["flagged"], "label_noise_estimated": summary["estimated_noise"],
            "label_issues_test_flagged": summary["test"]["flagged"]}
     if summary["test"]["accuracy_unflagged"] is not None:

@@ -1,0 +1,84 @@
+"""Label issues for multi-label corpora: the one-vs-rest TF-IDF baseline cross-fitted in the same
+grouped folds as the single-label judge, averaged with the model's test probabilities where it
+has them, judged by cleanlab's multi-label confident learning (each label of a document checked
+against the others, a document flagged when any of its labels looks wrong).
+
+In memory only, as the multi-label baseline stage: past baseline.hashing_from documents it stops
+and says so.
+"""
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from textclf.common import UserError
+from textclf.config import BaselineParams
+from textclf.data.labelsets import hot, label_sets, labels_of
+
+log = logging.getLogger(__name__)
+
+
+def cross_fit_sets(texts: list[str], sets: np.ndarray, labels: list[str], fold: np.ndarray,
+                   cfg: BaselineParams, weights: str) -> np.ndarray:
+    """-> (N, C) per-label probabilities, each document's from the one-vs-rest baseline fitted on
+    the other folds (a label no training document of a fold carries gets 0 there)."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression
+
+    if len(texts) >= cfg.hashing_from:
+        raise UserError(f"{len(texts)} documents >= baseline.hashing_from={cfg.hashing_from}: multi-label "
+                        "label issues fit in memory only, as the multi-label baseline; raise "
+                        "baseline.hashing_from if this machine holds the TF-IDF matrix.")
+    y = hot(sets, labels)  # (N, C)
+    probs = np.zeros(y.shape)
+    for k in range(fold.max() + 1):
+        train, held = np.flatnonzero(fold != k), np.flatnonzero(fold == k)
+        features = TfidfVectorizer(ngram_range=(1, cfg.ngram_max), sublinear_tf=True, min_df=cfg.min_df)
+        x_train = features.fit_transform([texts[i] for i in train])
+        x_held = features.transform([texts[i] for i in held])
+        for c in range(len(labels)):
+            column = y[train, c]
+            if column.all() or not column.any():  # one answer only: that answer, as a probability
+                probs[held, c] = float(column.all())
+                continue
+            model = LogisticRegression(C=cfg.C, max_iter=2000, random_state=cfg.seed,
+                                       class_weight="balanced" if weights == "balanced" else None)
+            probs[held, c] = model.fit(x_train, column).predict_proba(x_held)[:, 1]
+        log.info("fold %d/%d: %d documents judged by a one-vs-rest baseline fitted on %d", k + 1,
+                 fold.max() + 1, len(held), len(train))
+    return probs
+
+
+def judge_sets(sets: np.ndarray, probs: np.ndarray, labels: list[str]) -> dict:
+    """cleanlab's multi-label filter and scores on the label sets and (N, C) probabilities ->
+    what `judge` returns for single-label corpora: quality, flagged, per-label noise rate (the
+    share of documents whose given value of that label looks wrong), the estimated share of
+    documents with a wrong label, the suggested sets; no overlapping pairs (labels are not
+    exclusive, so no pair competes)."""
+    from cleanlab.multilabel_classification.dataset import common_multilabel_issues
+    from cleanlab.multilabel_classification.filter import find_label_issues
+    from cleanlab.multilabel_classification.rank import get_label_quality_scores
+
+    index = {label: i for i, label in enumerate(labels)}
+    given = [[index[label] for label in labels_of(s)] for s in sets]
+    quality = get_label_quality_scores(given, probs)
+    flagged = find_label_issues(given, probs, filter_by="prune_by_noise_rate", n_jobs=1)
+    per_label = common_multilabel_issues(given, probs, class_names=labels)
+    noise = per_label.groupby("Class Name")["Issue Probability"].sum()  # given on + given off
+    return {"quality": quality, "flagged": flagged, "noise": {c: round(float(noise.get(c, 0.0)), 4) for c in labels},
+            "estimated_noise": round(float(flagged.mean()), 4), "overlapping": [],
+            "suggested": np.asarray(label_sets(suggest(hot(sets, labels), probs), labels), dtype=object)}
+
+
+def suggest(given: np.ndarray, probs: np.ndarray) -> np.ndarray:
+    """(N, C) given multi-hot, (N, C) probabilities -> (N, C) suggested multi-hot: each label where
+    its probability reaches the label's confident threshold (the mean probability the judges
+    give the documents that carry it, confident learning's threshold: a fixed 0.5 suggests
+    nothing for a rare label, whose probabilities stay low), and at least the label most above
+    its threshold."""
+    threshold = np.array([probs[given[:, c], c].mean() if given[:, c].any() else 1.0
+                          for c in range(given.shape[1])])  # (C,)
+    out = probs >= threshold
+    out[np.arange(len(probs)), (probs / np.maximum(threshold, 1e-12)).argmax(axis=1)] = True
+    return out
