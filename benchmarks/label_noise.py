@@ -59,13 +59,15 @@ def stage(name: str, cwd: Path, *args: str) -> tuple[float, float]:
     return time.perf_counter() - start, int((cwd / "peak.txt").read_text().split()[-1]) / 1024
 
 
-def with_model(tmp: Path, params: dict) -> Path:
+def with_model(tmp: Path, params: dict, overrides: list[str]) -> Path:
     """The whole pipeline (`dvc repro labels`) in a clone of this repository, with the recipe in
     benchmarks/bbc.preset in fp32 (bf16 is emulated, slowly, on CPUs without it) -> the clone,
-    its stage outputs linked under the names the baseline-only path writes."""
+    its stage outputs linked under the names the baseline-only path writes. overrides: key=value
+    (--set), after the preset."""
     repo = tmp / "repo"
     subprocess.run(["git", "clone", "-q", str(REPO), str(repo)], check=True)
-    for line in (REPO / "benchmarks" / "bbc.preset").read_text().splitlines():
+    preset = (REPO / "benchmarks" / "bbc.preset").read_text().splitlines()
+    for line in [*preset, *overrides]:
         if line.strip() and not line.startswith("#") and "precision" not in line:
             key, value = line.split("=", 1)
             section, name = key.split(".")
@@ -117,6 +119,8 @@ def main() -> None:
     parser.add_argument("--target", default="", help="class-conditional: to this class")
     parser.add_argument("--model", action="store_true",
                         help="the fine-tuned model's test probabilities, not the baseline's (dvc repro; long)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="with --model: a param over the preset's, e.g. train.epochs=1")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -125,7 +129,7 @@ def main() -> None:
         params["ingest"]["source"] = str(tmp / "bbc")
         params["labels"]["folds"] = args.folds
         if args.model:
-            tmp = with_model(tmp, params)
+            tmp = with_model(tmp, params, args.set)
         else:
             (tmp / "params.yaml").write_text(yaml.safe_dump(params))
             stage("ingest", tmp, "--corpus", "c.parquet", "--report", "r.json")
