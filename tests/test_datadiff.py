@@ -106,3 +106,16 @@ def test_a_removed_document_says_why_ingest_dropped_it():
         {"reason": "conflicting_label", "with": ["y/a"]}, {"reason": "small_class"}]
     plain = diff(old, new, dropped=dropped_at_ingest({}))["removed"]  # no report: removed, no reason
     assert plain["dropped_at_ingest"]["count"] == 0 and "dropped" not in plain["examples"][0]
+
+
+def test_the_printed_line_says_how_many_of_the_relabelled_the_corrections_file_made():
+    from textclf.datadiff import render
+
+    old, new = old_and_new()
+    new["label"] = ["y", "x", "y"]  # x/b and y/c relabelled; only x/b by the corrections file
+    report = {"relabelled_by_corrections": {"count": 1, "documents": [{"path": "x/b"}]}}
+    first = render(diff(old, new, dropped=dropped_at_ingest(report)), "v1", "v2").splitlines()[0]
+    assert "1 added, 2 removed, 2 relabelled, 0 edited" in first
+    assert first.endswith("; 1 of the relabelled by the corrections file")
+    none = {"relabelled_by_corrections": {"count": 0, "documents": []}}  # a header-only file: unsaid
+    assert "corrections" not in render(diff(old, new, dropped=dropped_at_ingest(none)), "v1", "v2")

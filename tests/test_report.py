@@ -183,3 +183,35 @@ def test_the_readme_picture_is_a_fresh_clones_first_run(tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and out.read_bytes() == b"the old picture"
     assert "version 8 of a store with earlier runs" in done.stderr and "fresh clone" in done.stderr
+
+
+def test_the_data_sections_say_what_the_corrections_file_changed_and_nothing_without_it():
+    from textclf.report.sections import data_version_section
+
+    nd = {"enabled": False}
+    ingest = {"source": "bbc", "files_seen": 8, "kept": 7, "skipped": {"dropped_by_correction": 1},
+              "encodings": {"utf-8": 8}, "duplicates_not_byte_identical": 0, "per_class": {"tech": 7},
+              "near_duplicates": nd, "corrections": {"file": "data/corrections.csv", "md5": "x", "rows": 4},
+              "relabelled_by_corrections": {"count": 3, "documents": []},
+              "dropped_by_corrections": {"count": 1, "documents": []}}
+    tokens = {"mean": 1, "p50": 1, "p90": 1, "max": 1, "pct_truncated": 0, "max_length": 64}
+    counts = {s: {"tech": 1} for s in ("train", "validation", "test")}
+    histogram = pd.DataFrame({"tokens_from": [0], "tokens_to": [8], "documents": [7]})
+    md = to_markdown(data_section(ingest, tokens, counts, histogram))
+    assert "Corrections (data/corrections.csv): 3 relabelled, 1 dropped." in md
+    header_only = {**ingest, "relabelled_by_corrections": {"count": 0, "documents": []},
+                   "dropped_by_corrections": {"count": 0, "documents": []}}
+    without = {k: v for k, v in ingest.items() if "corrections" not in k}
+    plain = to_markdown(data_section(without, tokens, counts, histogram))
+    assert "Corrections" not in plain  # the demo's header-only file changes nothing either
+    assert to_markdown(data_section(header_only, tokens, counts, histogram)) == plain
+
+    kinds = {k: {"count": n, "per_class": {"tech": n} if n else {}, "examples": []}
+             for k, n in (("added", 0), ("removed", 0), ("relabelled", 3), ("edited", 0))}
+    diff = {"against_version": 1, "old_documents": 8, "new_documents": 8, "unchanged": 5,
+            "split_moves": {}, **kinds}
+    by = {**diff, "relabelled": {**kinds["relabelled"], "by_corrections": 2}}
+    assert "| relabelled | 3 (2 of them by the corrections file) | tech 3 |" in to_markdown(
+        data_version_section(by, None, {}))
+    for quiet in (diff, {**diff, "relabelled": {**kinds["relabelled"], "by_corrections": 0}}):
+        assert "| relabelled | 3 | tech 3 |" in to_markdown(data_version_section(quiet, None, {}))

@@ -147,8 +147,9 @@ def read_version(rev: str, path: str, repo: str, report: str = INGEST_REPORT) ->
 
 
 def render(found: dict, old: str, new: str) -> str:
+    by = found["relabelled"].get("by_corrections")  # after the summary: its counts read as before
     lines = [f"{old} -> {new}: {found['old_documents']} -> {found['new_documents']} documents; "
-             f"{summary(found)}"]
+             f"{summary(found)}" + (f"; {by} of the relabelled by the corrections file" if by else "")]
     for kind in KINDS:
         part = found[kind]
         if part["count"]:

@@ -154,6 +154,17 @@ def how_read(tokens: dict) -> str:
     return f"**{tokens['pct_truncated']} % truncated** at max_length {tokens['max_length']}{unread}."
 
 
+def corrections_note(ingest: dict) -> list[Block]:
+    """What the corrections file (data.corrections) relabelled and dropped; nothing without one
+    or with a header-only one (the demo's), so that such a report reads as before."""
+    relabelled = (ingest.get("relabelled_by_corrections") or {}).get("count", 0)
+    dropped = (ingest.get("dropped_by_corrections") or {}).get("count", 0)
+    if not relabelled and not dropped:
+        return []
+    return [Para(f"Corrections ({(ingest.get('corrections') or {}).get('file', 'the corrections file')}): "
+                 f"{relabelled} relabelled, {dropped} dropped.")]
+
+
 def data_section(ingest: dict, tokens: dict, counts: dict, histogram: pd.DataFrame) -> list[Block]:
     skipped = ", ".join(f"{k} {v}" for k, v in ingest["skipped"].items()) or "none"
     fallback = sum(n for enc, n in ingest["encodings"].items() if enc not in ("utf-8", "utf-16"))
@@ -163,6 +174,7 @@ def data_section(ingest: dict, tokens: dict, counts: dict, histogram: pd.DataFra
                  f"{'rows' if 'rows_seen' in ingest else 'files'} seen, {ingest['kept']} "
              f"kept; skipped: {skipped}. Decoded by fallback encoding: {fallback}. Duplicates "
              f"differing only in whitespace/Unicode form: {ingest['duplicates_not_byte_identical']}."),
+        *corrections_note(ingest),
         Table(["split"] + list(ingest["per_class"]),
               [[s] + [counts[s].get(c, 0) for c in ingest["per_class"]]
                for s in ("train", "validation", "test")]),
@@ -255,6 +267,12 @@ def _comparison_blocks(cmp: dict) -> list[Block]:
     return blocks
 
 
+def _count(kind: dict) -> int | str:
+    """A diff kind's count, with how many of the relabelled the corrections file made."""
+    by = kind.get("by_corrections")
+    return f"{kind['count']} ({by} of them by the corrections file)" if by else kind["count"]
+
+
 def data_version_section(diff: dict, registry: dict | None, counts: dict) -> list[Block]:
     """What changed since the champion's data, how the champion was compared, its last moves."""
     blocks: list[Block] = [Heading("Data version")]
@@ -272,7 +290,7 @@ def data_version_section(diff: dict, registry: dict | None, counts: dict) -> lis
                            f"{moves.get('moved', 0)} of those in both changed split "
                            f"({moves.get('test_to_train', 0)} from test to train)."))
         blocks.append(Table(["change", "documents", "per class", "examples"],
-                            [[kind, diff[kind]["count"],
+                            [[kind, _count(diff[kind]),
                               ", ".join(f"{c} {n}" for c, n in diff[kind]["per_class"].items()),
                               ", ".join(map(described, diff[kind]["examples"]))]
                              for kind in ("added", "removed", "relabelled", "edited")]))
