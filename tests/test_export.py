@@ -34,6 +34,15 @@ HEADS = [ModelParams(head="sequence_classification"), ModelParams(head="pooled",
          ModelParams(head="textcnn", textcnn=TextCNNParams(kernel_sizes=[2, 3], num_filters=8))]
 
 
+def vnni() -> bool:
+    """Whether this CPU has VNNI: without it ONNX Runtime's u8 x s8 int8 product saturates with
+    8-bit weights, and the tiny random model's int8 probabilities drift further from PyTorch's
+    (0.134 on an AVX2-only EPYC, 2026-12-03; evaluate's agreement check catches a drift that
+    changes labels, and serves float32 or PyTorch instead)."""
+    flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    return "avx512_vnni" in flags or "avx_vnni" in flags
+
+
 def saved(folder, bert, cfg: ModelParams, tokenize: TokenizeParams = TokenizeParams(max_length=64)):
     torch.manual_seed(0)
     cfg = dataclasses.replace(cfg, name=str(bert))
@@ -48,7 +57,7 @@ def test_every_head_exports_with_pytorchs_probabilities(tmp_path, tiny_random_be
     rows): float32 gives PyTorch's probabilities, int8 close to them."""
     folder = saved(tmp_path / "model", tiny_random_bert, cfg)
     reference = Predictor(folder, batch_size=2).predict_proba(TEXTS)  # (N, C)
-    for fmt, tolerance in (("onnx", 1e-5), ("onnx-int8", 0.1)):
+    for fmt, tolerance in (("onnx", 1e-5), ("onnx-int8", 0.1 if vnni() else 0.2)):
         meta = export_model(folder, tmp_path / fmt, fmt)
         assert meta["labels"] == LABELS and meta["head"] == cfg.head
         probs = OnnxPredictor(tmp_path / fmt, batch_size=2).predict_proba(TEXTS)

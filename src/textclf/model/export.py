@@ -58,19 +58,13 @@ def quantize_int8(source: Path, target: Path) -> None:
     """Signed int8 weights with a scale per output channel: on BBC the per-tensor scale changed
     1 % of the test labels of a model, per-channel none, at the same speed. Float32 embeddings,
     pooler, classifier or end layers, 7-bit weights and static QDQ did no better on BBC and stayed
-    below 99 % on fortunes (benchmarks/int8_agreement.py, docs/benchmarks.md).
-    7-bit weights (reduce_range) all the same: on a CPU without VNNI (AVX2 only) ONNX Runtime's
-    u8 x s8 int8 product saturates with 8-bit weights, and the tiny test model's probabilities
-    moved 0.13 from PyTorch's there against 0.02 with 7 bits (2026-12-03); where VNNI runs it,
-    the seventh bit made no measured difference. The model is served where it is, not where it
-    was exported, so the export must be right on both."""
+    below 99 % on fortunes (benchmarks/int8_agreement.py, docs/benchmarks.md)."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     root = logging.getLogger()
     level, root.level = root.level, logging.ERROR  # its advice to pre-process first, on the root
     try:  # logger: that pre-processing (symbolic shape inference) fails on these graphs
-        quantize_dynamic(str(source), str(target), weight_type=QuantType.QInt8, per_channel=True,
-                         reduce_range=True)
+        quantize_dynamic(str(source), str(target), weight_type=QuantType.QInt8, per_channel=True)
     finally:
         root.setLevel(level)
 
