@@ -175,7 +175,7 @@ def run_labels(paths: LabelsPaths) -> None:
     # most suspect first; ties in corpus order (a stable sort), so the table is reproducible
     table = table.sort_values("quality", kind="stable").reset_index(drop=True)[COLUMNS]
     write_parquet(table, paths.table)
-    write_json(paths.summary, summary(table, verdict, cfg, classes, model_accuracy(table, predictions)))
+    write_json(paths.summary, summary(table, verdict, cfg, classes, model_accuracy(table, predictions), multilabel))
     log.info("%d of %d documents flagged; estimated share of wrong labels %.3f", table["flagged"].sum(),
              len(table), verdict["estimated_noise"])
 
@@ -189,15 +189,16 @@ def split_of(splits: str, doc_ids: np.ndarray) -> np.ndarray:
     return split.to_numpy()
 
 
-def per_class(table: pd.DataFrame, classes: list[str]) -> pd.DataFrame:
+def per_class(table: pd.DataFrame, classes: list[str], multilabel: bool) -> pd.DataFrame:
     """Per class (per label of a multi-label corpus): its documents and how many are flagged."""
-    carried = table.assign(label=table["given"].map(lambda g: labels_of(g) if g.startswith("[") else [g]))
+    carried = table.assign(label=table["given"].map(labels_of if multilabel else lambda g: [g]))
     return carried.explode("label").groupby("label")["flagged"].agg(["size", "sum"]).reindex(classes, fill_value=0)
 
 
-def summary(table: pd.DataFrame, verdict: dict, cfg: LabelsParams, classes: list[str], test: dict) -> dict:
+def summary(table: pd.DataFrame, verdict: dict, cfg: LabelsParams, classes: list[str], test: dict,
+            multilabel: bool = False) -> dict:
     """What the report and MLflow show of the table."""
-    by_class = per_class(table, classes)
+    by_class = per_class(table, classes, multilabel)
     return {"documents": len(table), "flagged": int(table["flagged"].sum()), "folds": cfg.folds, "show": cfg.show,
             "estimated_noise": verdict["estimated_noise"], "noise_warn": cfg.noise_warn,
             "label_noise": "warn" if verdict["estimated_noise"] > cfg.noise_warn else "pass",
