@@ -155,7 +155,7 @@ def how_read(tokens: dict) -> str:
 
 
 def corrections_note(ingest: dict) -> list[Block]:
-    """What the corrections file (data.corrections) relabelled and dropped; nothing without one
+    """What the corrections file (ingest --corrections) relabelled and dropped; nothing without one
     or with a header-only one (the demo's), so that such a report reads as before."""
     relabelled = (ingest.get("relabelled_by_corrections") or {}).get("count", 0)
     dropped = (ingest.get("dropped_by_corrections") or {}).get("count", 0)
