@@ -77,7 +77,8 @@ def with_model(tmp: Path, params: dict, overrides: list[str]) -> Path:
     env.pop("MLFLOW_TRACKING_URI", None)
     subprocess.run(["dvc", "repro", "labels"], cwd=repo, check=True, env=env)
     for name, path in (("c.parquet", "data/interim/corpus.parquet"), ("sp.parquet", "data/processed/splits.parquet"),
-                       ("bp.parquet", "data/processed/test_predictions.parquet")):
+                       ("bp.parquet", "data/processed/test_predictions.parquet"),
+                       ("vp.parquet", "data/processed/val_predictions.parquet")):
         (repo / name).symlink_to(repo / path)
     return repo
 
@@ -118,7 +119,8 @@ def main() -> None:
     parser.add_argument("--source", default="", help="class-conditional: move files of this class only")
     parser.add_argument("--target", default="", help="class-conditional: to this class")
     parser.add_argument("--model", action="store_true",
-                        help="the fine-tuned model's test probabilities, not the baseline's (dvc repro; long)")
+                        help="the fine-tuned model's validation and test probabilities, not the baseline's "
+                             "test ones (dvc repro; long)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="with --model: a param over the preset's, e.g. train.epochs=1")
     args = parser.parse_args()
@@ -136,8 +138,9 @@ def main() -> None:
             stage("split", tmp, "--corpus", "c.parquet", "--splits", "sp.parquet", "--counts", "n.json")
             stage("baseline", tmp, "--corpus", "c.parquet", "--splits", "sp.parquet", "--out", "b.json",
                   "--predictions", "bp.parquet")
+        model_val = ["--val-predictions", "vp.parquet"] if args.model else []  # the baseline has none
         seconds, peak = stage("labels", tmp, "--corpus", "c.parquet", "--splits", "sp.parquet", "--predictions",
-                        "bp.parquet", "--table", "li.parquet", "--summary", "li.json")
+                              "bp.parquet", *model_val, "--table", "li.parquet", "--summary", "li.json")
         table = pd.read_parquet(tmp / "li.parquet")
         table["planted"] = table["source_path"].isin(moved)
         rows = {}

@@ -28,6 +28,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--guards", required=True, help="output JSON: guard results")
     parser.add_argument("--movement", required=True, help="output CSV: relative weight change per layer")
     parser.add_argument("--run-file", required=True, help="output JSON naming the MLflow run")
+    parser.add_argument("--val-predictions", default=TrainPaths.val_predictions,
+                        help="output parquet: the kept model's per-document validation predictions "
+                             "(out of sample: the labels stage judges validation labels with them)")
     parser.add_argument("--lock", default=TrainPaths.lock, help="dvc.lock, logged to the run as its lineage")
     parser.add_argument("--checkpoint-dir", default=TrainPaths.checkpoint_dir,
                         help="training checkpoints, to resume an interrupted training")

@@ -225,7 +225,7 @@ def ingest_tokenize_split(params: Path) -> list[str]:
 def run_train(p, model_dir="model", curve="curve.csv", run_file="run.json"):
     train.main(p + ["--tokens", "t.parquet", "--splits", "sp.parquet", "--model-dir", model_dir,
                     "--curve", curve, "--guards", "guards.json", "--movement", "move.csv",
-                    "--run-file", run_file])
+                    "--run-file", run_file, "--val-predictions", "vp.parquet"])
 
 
 def run_baseline(p):

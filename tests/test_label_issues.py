@@ -154,8 +154,9 @@ def test_report_section_shows_the_suspects_and_the_test_accuracy_without_them(pl
 
 
 def test_report_stage_shows_label_issues_and_logs_them_into_the_training_run(tmp_path, tiny_trained, monkeypatch):
-    """The real stages: labels on a trained model's test predictions, then report with the two
-    files dvc.yaml passes -> the section in report.md, metrics and artifacts on the run."""
+    """The real stages: labels on a trained model's validation (train's) and test predictions
+    (evaluate's), then report with the two files dvc.yaml passes -> the validation and test
+    documents judged with the model, the section in report.md, metrics and artifacts on the run."""
     import mlflow
     from mlflow import MlflowClient
 
@@ -163,7 +164,7 @@ def test_report_stage_shows_label_issues_and_logs_them_into_the_training_run(tmp
 
     folder, trained = tiny_trained
     for name in ("r.json", "s.json", "n.json", "h.csv", "curve.csv", "metrics.json", "diff.json", "pred.parquet",
-                 "c.parquet", "sp.parquet", "params.yaml"):
+                 "vp.parquet", "c.parquet", "sp.parquet", "params.yaml"):
         shutil.copy2(folder / name, tmp_path / name)
     shutil.copytree(folder / "model", tmp_path / "model")
     monkeypatch.chdir(tmp_path)
@@ -176,7 +177,14 @@ def test_report_stage_shows_label_issues_and_logs_them_into_the_training_run(tmp
                                                    "experiment_id": run.info.experiment_id}))
     p = ["--params", "params.yaml"]
     labels_stage.main(p + ["--corpus", "c.parquet", "--splits", "sp.parquet", "--predictions", "pred.parquet",
-                           "--table", "li.parquet", "--summary", "li.json"])
+                           "--val-predictions", "vp.parquet", "--table", "li.parquet", "--summary", "li.json"])
+    val, test = pd.read_parquet(tmp_path / "vp.parquet"), pd.read_parquet(tmp_path / "pred.parquet")
+    splits = pd.read_parquet(tmp_path / "sp.parquet")
+    assert list(val.columns) == list(test.columns)  # train writes evaluate's columns
+    assert sorted(val["doc_id"]) == sorted(splits.loc[splits["split"] == "validation", "doc_id"])
+    table = pd.read_parquet(tmp_path / "li.parquet")
+    judged = table.groupby("split")["judged_by"].agg(set).to_dict()
+    assert judged == {"train": {"baseline"}, "validation": {"baseline+model"}, "test": {"baseline+model"}}
     report.main(p + ["--ingest-report", "r.json", "--token-stats", "s.json", "--split-counts", "n.json",
                      "--histogram", "h.csv", "--curve", "curve.csv", "--metrics", "metrics.json",
                      "--data-diff", "diff.json", "--predictions", "pred.parquet", "--corpus", "c.parquet",
@@ -218,3 +226,13 @@ def test_a_split_from_another_corpus_is_one_line(planted, monkeypatch):
     with pytest.raises(UserError, match="1 corpus document.s. are in no split.*rerun `dvc repro split`"):
         labels_stage.main(["--params", "params.yaml", "--corpus", "c.parquet", "--splits", "sp_short.parquet",
                            "--predictions", "bp.parquet", "--table", "x.parquet", "--summary", "x.json"])
+
+
+def test_validation_predictions_from_another_corpus_are_one_line():
+    """The model's validation predictions without a probability for one of the corpus's
+    classes: one line naming the split and the stage to rerun (train), not a KeyError."""
+    from textclf.evaluate.label_issues import with_model
+
+    frame = pd.DataFrame({"doc_id": ["a"], "prob_sport": [1.0]})
+    with pytest.raises(UserError, match=r"validation predictions have no probability for class\(es\) \['tech'\].*dvc repro train"):
+        with_model(np.full((1, 2), 0.5), np.array(["a"]), ["sport", "tech"], {"validation": frame})

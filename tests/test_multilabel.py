@@ -94,6 +94,7 @@ def test_thresholds_are_tuned_on_validation_and_saved_with_the_model(tiny_multil
     saved = json.loads((folder / "model" / "thresholds.json").read_text())
     y, probs, labels = validation_truth_and_probs(folder)
     assert saved == pytest.approx(dict(zip(labels, tune_thresholds(y, probs).tolist())), abs=1e-5)
+    mlflow.set_tracking_uri(run["tracking_uri"])  # the fixture's store, whichever test built it (restored by conftest)
     logged = mlflow.artifacts.load_dict(f"runs:/{run['run_id']}/thresholds.json")
     assert logged["thresholds"] == saved
 
@@ -173,7 +174,8 @@ def test_the_report_says_what_multilabel_scores_mean(tiny_multilabel):
 
 
 def test_every_served_form_answers_label_lists_with_a_probability_per_label(tiny_multilabel, capsys):
-    folder, _ = tiny_multilabel
+    folder, run = tiny_multilabel
+    mlflow.set_tracking_uri(run["tracking_uri"])  # the fixture's store, whichever test built it (restored by conftest)
     texts = ["The minister said the budget vote was close.", "The striker scored twice in the final."]
     torch_frame = Predictor(folder / "model").predict(texts)
     onnx_frame = OnnxPredictor(folder / "export").predict(texts)

@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 # the table's columns, in order (issue 40's contract with the corrections command)
 COLUMNS = ["doc_id", "source_path", "split", "given", "suggested", "quality", "flagged", "judged_by"]
 TOP_PAIRS = 10  # overlapping class pairs kept in the summary
+STAGE_OF = {"validation": "train", "test": "evaluate"}  # the stage that writes each split's predictions
 
 
 def read_corpus(corpus: str) -> pa.Table:
@@ -83,19 +84,23 @@ def cross_fit(texts: pa.ChunkedArray, labels: np.ndarray, classes: list[str], fo
 
 
 def with_model(probs: np.ndarray, doc_ids: np.ndarray, classes: list[str],
-               predictions: pd.DataFrame) -> np.ndarray:
-    """(N,) judged_by; probs averaged in place with the model's on its test documents."""
-    missing = [c for c in classes if PROB_PREFIX + c not in predictions.columns]
-    if missing:
-        raise UserError(f"the model's test predictions have no probability for class(es) {missing}: "
-                        "they come from another corpus; rerun `dvc repro evaluate`.")
-    at = pd.Index(doc_ids).get_indexer(predictions["doc_id"])
-    if (at < 0).any():
-        raise UserError(f"{int((at < 0).sum())} test document(s) of the model's predictions are not "
-                        "in the corpus: rerun `dvc repro evaluate`.")
-    probs[at] = (probs[at] + predictions[[PROB_PREFIX + c for c in classes]].to_numpy()) / 2
+               predictions: dict[str, pd.DataFrame]) -> np.ndarray:
+    """(N,) judged_by; probs averaged in place with the fine-tuned model's where it has them:
+    its validation and test predictions ({split: frame}), out of sample both (train keeps
+    an epoch by validation scores, not by any one document's label)."""
     judged = np.full(len(doc_ids), "baseline", dtype=object)
-    judged[at] = "baseline+model"
+    for split, frame in predictions.items():
+        missing = [c for c in classes if PROB_PREFIX + c not in frame.columns]
+        if missing:
+            raise UserError(f"the model's {split} predictions have no probability for class(es) {missing}: "
+                            f"they come from another corpus; rerun `dvc repro {STAGE_OF[split]}`.")
+        at = pd.Index(doc_ids).get_indexer(frame["doc_id"])
+        if (at < 0).any():
+            raise UserError(f"{int((at < 0).sum())} {split} document(s) of the model's predictions are not "
+                            f"in the corpus: rerun `dvc repro {STAGE_OF[split]}`.")
+        # the mean: a bag of words and an encoder make different mistakes (docs/label_issues.md)
+        probs[at] = (probs[at] + frame[[PROB_PREFIX + c for c in classes]].to_numpy()) / 2
+        judged[at] = "baseline+model"
     return judged
 
 
@@ -139,6 +144,7 @@ class LabelsPaths:
     predictions: str  # the fine-tuned model's test predictions (evaluate)
     table: str  # written: one row per corpus document, most suspect first (parquet)
     summary: str  # written: counts, noise rates, overlapping pairs, test accuracy (JSON)
+    val_predictions: str | None = None  # the kept model's validation predictions (train); None: baseline alone
 
 
 def run_labels(paths: LabelsPaths) -> None:
@@ -160,7 +166,10 @@ def run_labels(paths: LabelsPaths) -> None:
         probs = cross_fit(corpus.column("text"), labels, classes, fold, params.baseline,
                           params.train.class_weights)
     predictions = pd.read_parquet(paths.predictions)
-    judged_by = with_model(probs, doc_ids, classes, predictions)
+    model = {"test": predictions}
+    if paths.val_predictions:
+        model["validation"] = pd.read_parquet(paths.val_predictions)
+    judged_by = with_model(probs, doc_ids, classes, model)
     if multilabel:
         verdict = judge_sets(labels, probs, classes)
         suggested = verdict["suggested"]
@@ -203,6 +212,7 @@ def summary(table: pd.DataFrame, verdict: dict, cfg: LabelsParams, classes: list
             "estimated_noise": verdict["estimated_noise"], "noise_warn": cfg.noise_warn,
             "label_noise": "warn" if verdict["estimated_noise"] > cfg.noise_warn else "pass",
             "flagged_by_split": {s: int(n) for s, n in table.groupby("split")["flagged"].sum().items()},
+            "model_judged": sorted(set(table.loc[table["judged_by"] == "baseline+model", "split"])),
             "per_class": {c: {"documents": int(by_class.loc[c, "size"]), "flagged": int(by_class.loc[c, "sum"]),
                               "noise_rate": verdict["noise"][c]} for c in classes},
             "overlapping": verdict["overlapping"], "test": test}

@@ -20,7 +20,7 @@ from textclf.evaluate.serving_check import check_export, served_model, serving_m
 from textclf.evaluate.metrics import calibration, classification_scores, metric_names, mlflow_metrics, test_metrics
 from textclf.data.labelsets import hot, label_sets
 from textclf.evaluate.multilabel import decide, multilabel_test_metrics, per_label_recall
-from textclf.inference.frames import PROB_PREFIX, label_set_frame, probability_frame
+from textclf.inference.frames import PROB_PREFIX, judged_frame
 from textclf.inference.proba import inference_device, predict_proba
 from textclf.common import UserError, read_json, write_csv, write_json, write_parquet
 from textclf.model.batching import Split, read_token_splits
@@ -54,16 +54,6 @@ class EvaluatePaths:
     ingest_report: str | None = None  # ingest's accounting: why a removed document was dropped
 
 
-def prediction_frame(doc_ids: list[str], y_true, probs: np.ndarray, labels: list[str]) -> pd.DataFrame:
-    """One row per test document: true and predicted label, the predicted label's
-    probability, whether it was right, and every class probability."""
-    frame = probability_frame(probs, labels).rename(columns={"label": "predicted"})
-    frame.insert(0, "doc_id", doc_ids)
-    frame.insert(1, "label", [labels[i] for i in y_true])
-    frame.insert(4, "correct", frame["label"] == frame["predicted"])
-    return frame
-
-
 def multilabel_results(doc_ids: list[str], y_true: np.ndarray, probs: np.ndarray, thresholds: np.ndarray,
                        labels: list[str]) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
     """A multi-label model's test results -> (metrics, per-document predictions: doc_id,
@@ -74,10 +64,7 @@ def multilabel_results(doc_ids: list[str], y_true: np.ndarray, probs: np.ndarray
     pred = decide(probs, thresholds)
     metrics = multilabel_test_metrics(y_true, pred, labels)
     metrics["thresholds"] = dict(zip(labels, thresholds.tolist()))
-    frame = label_set_frame(probs, labels, thresholds).rename(columns={"label": "predicted"})
-    frame.insert(0, "doc_id", doc_ids)
-    frame.insert(1, "label", label_sets(y_true, labels))
-    frame.insert(5, "correct", frame["label"] == frame["predicted"])
+    frame = judged_frame(doc_ids, y_true, probs, labels, thresholds)
     metrics["ece"] = calibration(frame["probability"], frame["correct"])["ece"]
     names = np.asarray(labels)
     rows = [(a, p) for t, d in zip(np.asarray(y_true, dtype=bool), pred) for a in names[t] for p in names[d]]
@@ -169,7 +156,7 @@ def score_test(paths: EvaluatePaths, params, model, labels: list[str], threshold
         return (*multilabel_results(test.doc_ids or [], y_true, probs, thresholds, labels), serving)
     y_pred = probs.argmax(axis=1)
     metrics = test_metrics(y_true, y_pred, labels)
-    predictions = prediction_frame(test.doc_ids or [], y_true, probs, labels)
+    predictions = judged_frame(test.doc_ids or [], y_true, probs, labels, None)
     metrics["ece"] = calibration(predictions["probability"], predictions["correct"])["ece"]
     confusion = pd.DataFrame({"actual": [labels[i] for i in y_true], "predicted": [labels[i] for i in y_pred]})
     return metrics, predictions, confusion, serving

@@ -58,6 +58,20 @@ def label_set_frame(probs: np.ndarray, labels: list[str], thresholds: np.ndarray
     return frame
 
 
+def judged_frame(doc_ids: list[str], y_true, probs: np.ndarray, labels: list[str],
+                 thresholds: np.ndarray | None) -> pd.DataFrame:
+    """A split's per-document predictions beside its labels (evaluate's test predictions,
+    train's validation ones): doc_id, label (given), predicted, correct and the predictor's
+    columns. Multi-label: label and predicted are sets as the corpus writes them, correct is
+    an exact match."""
+    frame = predicted_frame(probs, labels, thresholds).rename(columns={"label": "predicted"})
+    frame.insert(0, "doc_id", doc_ids)
+    given = [labels[i] for i in y_true] if thresholds is None else label_sets(np.asarray(y_true), labels)
+    frame.insert(1, "label", given)
+    frame.insert(4 if thresholds is None else 5, "correct", frame["label"] == frame["predicted"])
+    return frame
+
+
 def check_texts(texts: list) -> None:
     """Refuse what no model can classify: a value that is not a string, an empty text."""
     check_strings(texts)

@@ -27,7 +27,8 @@ def labels_section(summary: dict, table: pd.DataFrame, corpus: pd.DataFrame) -> 
     blocks: list[Block] = [
         Heading("Label issues"),
         Para(f"Every document judged by models that never saw it (the TF-IDF baseline in "
-             f"{summary['folds']} folds grouped by near-duplicate group; on test, averaged with the "
+             f"{summary['folds']} folds grouped by near-duplicate group; on "
+             f"{' and '.join(summary['model_judged'])}, averaged with the "
              f"fine-tuned model), by cleanlab's confident learning: **{summary['flagged']} of "
              f"{summary['documents']} labels flagged** as probably wrong, an estimated "
              f"**{summary['estimated_noise']:.1%}** of the labels wrong "

@@ -29,6 +29,7 @@ class TrainPaths(TrainInputs):
     guards: str
     movement: str
     run_file: str
+    val_predictions: str = ""  # the kept model's validation predictions (parquet); "": not written
     lock: str = "dvc.lock"
 
     def argv(self) -> list[str]:

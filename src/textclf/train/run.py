@@ -38,7 +38,7 @@ from textclf.train.launch import (RDZV_FAILED, check_same_inputs, failures_to_la
 from textclf.train.loop import Callbacks, TrainJob, fit, make_accelerator
 from textclf.train.selection import EpochSelector
 from textclf.train.paths import TrainInputs, TrainPaths
-from textclf.train.targets import loss_weights, tuned_thresholds
+from textclf.train.targets import loss_weights, tuned_thresholds, validation_proba, write_validation
 from textclf.train.records import EpochLogger, GuardBook, NoTracking, RunLog, Tracker
 
 if TYPE_CHECKING:
@@ -200,15 +200,17 @@ def save_and_upload(job: Training, trained: Trained, tracker: RunLog, active: Ac
     paths, selector, model = job.paths, trained.selector, trained.model
     # every local output first: a store that fails afterwards costs none of them
     tracker.log_metrics({"kept_epoch": selector.kept_epoch, "epochs_trained": selector.last_epoch})
-    tuned = tuned_thresholds(job, model)  # multi-label: the kept epoch is judged at them, as served
+    probs = validation_proba(job, model)  # (documents, C), the kept weights
+    tuned = tuned_thresholds(job, probs)  # multi-label: the kept epoch is judged at them, as served
     if tuned is not None:
-        trained.curve.use_thresholds(selector.kept_epoch, tuned[1], np.array(list(tuned[0].values())))
+        trained.curve.use_thresholds(selector.kept_epoch, probs, np.array(list(tuned.values())))
+    write_validation(job, probs, tuned)
     trained.curve.judge(selector.kept_epoch, final=True)  # the guards judge the model that is kept
     write_csv(pd.DataFrame(guards.weight_movement(model, trained.before, trained.encoder)), paths.movement)
     trained.book.check("weight_movement", guards.movement_check, model, trained.before, trained.encoder,
                        job.params.train)
     with atomic_path(paths.model_dir, folder=True) as tmp:  # a kill mid-save leaves no half model
-        save_model(model, tmp, job.tokenizer, job.params.sections(LOGGED_SECTIONS), tuned and tuned[0])
+        save_model(model, tmp, job.tokenizer, job.params.sections(LOGGED_SECTIONS), tuned)
     model_uri = upload(paths, tracker, example_texts(job.tokenizer, job.splits["validation"]))
     write_json(paths.run_file, {"run_id": active.info.run_id, "experiment_id": active.info.experiment_id,
                                 "tracking_uri": mlflow.get_tracking_uri(),

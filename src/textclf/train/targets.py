@@ -8,8 +8,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 from torch import nn
 
+from textclf.common import write_parquet
 from textclf.data.weights import class_weights, positive_weights
 from textclf.evaluate.multilabel import decide, multilabel_scores, tune_thresholds
+from textclf.inference.frames import judged_frame
 from textclf.inference.proba import predict_proba
 from textclf.model.modeling import pad_id
 
@@ -39,16 +41,22 @@ def loss_weights(job: Training) -> np.ndarray | None:
     return weights
 
 
-def tuned_thresholds(job: Training, model: nn.Module) -> tuple[dict[str, float], np.ndarray] | None:
-    """Multi-label: each label's threshold, the one of its best F1 on validation with the kept
-    weights (never the test split), logged as thresholds.json -> ({label: threshold}, the
-    validation probabilities (documents, C) they were tuned on); None for single-label."""
+def validation_proba(job: Training, model: nn.Module) -> np.ndarray:
+    """The kept weights on the validation split -> (documents, C) probabilities: what the
+    thresholds are tuned on and the labels stage judges validation labels with."""
+    val = job.splits["validation"]
+    return predict_proba(model, val.input_ids, job.params.train.batch_size * 2, pad_id(job.tokenizer),
+                         job.accelerator.device, job.accelerator.mixed_precision, owner=val.owner,
+                         pooling=job.params.model.chunk_pooling, multilabel=val.multilabel)
+
+
+def tuned_thresholds(job: Training, probs: np.ndarray) -> dict[str, float] | None:
+    """Multi-label: each label's threshold, the one of its best F1 on the kept weights'
+    validation probabilities `probs` (documents, C) (never the test split), logged as
+    thresholds.json; None for single-label."""
     val = job.splits["validation"]
     if not val.multilabel:
         return None
-    probs = predict_proba(model, val.input_ids, job.params.train.batch_size * 2, pad_id(job.tokenizer),
-                          job.accelerator.device, job.accelerator.mixed_precision, owner=val.owner,
-                          pooling=job.params.model.chunk_pooling, multilabel=True)  # (documents, C)
     y = np.asarray(val.labels, dtype=bool)
     tuned = np.round(tune_thresholds(y, probs), 6)  # as saved and served
     at_half, at_tuned = multilabel_scores(y, decide(probs)), multilabel_scores(y, decide(probs, tuned))
@@ -58,4 +66,14 @@ def tuned_thresholds(job: Training, model: nn.Module) -> tuple[dict[str, float],
     job.tracker.log_dict({"thresholds": thresholds, "validation_at_0.5": at_half,
                           "validation_tuned": at_tuned}, "thresholds.json")
     job.tracker.log_metrics({f"val_tuned_{k}": v for k, v in at_tuned.items()})
-    return thresholds, probs
+    return thresholds
+
+
+def write_validation(job: Training, probs: np.ndarray, tuned: dict[str, float] | None) -> None:
+    """The kept weights' per-document validation predictions (evaluate's columns) into
+    --val-predictions, where the stage is given one: out of sample, as the labels stage needs."""
+    if not job.paths.val_predictions:
+        return
+    val = job.splits["validation"]
+    thresholds = None if tuned is None else np.array(list(tuned.values()))
+    write_parquet(judged_frame(val.doc_ids or [], val.labels, probs, job.labels, thresholds), job.paths.val_predictions)
