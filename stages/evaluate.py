@@ -30,6 +30,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--per-class", required=True, help="output CSV: per-class F1, precision, recall")
     parser.add_argument("--predictions", required=True,
                         help="output parquet: per test document, label, prediction, probabilities")
+    parser.add_argument("--review-curve",
+                        help="output CSV: per serve.review_below, the share of test documents answered and their accuracy")
     args = parser.parse_args(argv)
     setup_logging()
     run(EvaluatePaths(**vars(args)))

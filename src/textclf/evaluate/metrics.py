@@ -93,7 +93,37 @@ def mlflow_metrics(metrics: dict) -> dict[str, float]:
             flat[f"vs_baseline_{name}"] = cmp[name]
     for name, value in (metrics.get("ensemble") or {}).items():
         flat[f"ensemble_{name}"] = value
+    return flat | confidence_metrics(metrics, names)
+
+
+def confidence_metrics(metrics: dict, names: dict[str, str]) -> dict[str, float]:
+    """Calibration, prediction sets and the review flag (issue 41), named as the rest:
+    test_<score>, and test_set_coverage.<MLflow name> per class."""
+    flat = {f"test_{k}": metrics[k] for k in ("ece_raw", "brier", "brier_raw") if metrics.get(k) is not None}
+    if metrics.get("temperature") is not None:
+        flat["calibration_temperature"] = metrics["temperature"]
+    sets = metrics.get("sets") or {}
+    for name in ("coverage", "mean_size", "empty_sets"):
+        if name in sets:
+            flat[f"test_set_{name}"] = sets[name]
+    for label, share in (sets.get("per_class_coverage") or {}).items():
+        if share is not None:
+            flat[f"test_set_coverage.{names[label]}"] = share
+    review = metrics.get("review") or {}
+    for name in ("flagged", "flagged_share", "answered_accuracy"):
+        if review.get(name) is not None:
+            flat[f"test_review_{name}"] = review[name]
     return flat
+
+
+def brier(probs: np.ndarray, y: np.ndarray) -> float:
+    """Multi-class Brier score: the mean over documents of sum over classes (p - one-hot)^2
+    (0 best, 2 worst)."""
+    probs = np.asarray(probs, dtype=float)  # (N, C)
+    if not len(probs):
+        return 0.0
+    onehot = np.eye(probs.shape[1])[np.asarray(y)]  # (N, C)
+    return float(((probs - onehot) ** 2).sum(axis=1).mean())
 
 
 def calibration(confidence: np.ndarray, correct: np.ndarray, bins: int = 10) -> dict:

@@ -15,6 +15,7 @@ import pandas as pd
 from textclf.config import load_params
 from textclf.data.versions import KINDS, diff, dropped_at_ingest
 from textclf.evaluate.champion import SPLITS_ARTIFACT, Challenge
+from textclf.evaluate.conformal_report import calibration_scores, review_curve, review_metrics, set_metrics
 from textclf.evaluate.comparison import compare, per_class_accuracy
 from textclf.evaluate.serving_check import check_export, served_model, serving_mlflow
 from textclf.evaluate.metrics import calibration, classification_scores, metric_names, mlflow_metrics, test_metrics
@@ -24,6 +25,7 @@ from textclf.inference.frames import PROB_PREFIX, judged_frame
 from textclf.inference.proba import inference_device, predict_proba
 from textclf.common import UserError, read_json, write_csv, write_json, write_parquet
 from textclf.model.batching import Split, read_token_splits
+from textclf.model.calibration import Review, load as load_calibration, review_for
 from textclf.model.modeling import (folder_params, is_multilabel_model, load_classifier, load_thresholds,
                                     load_tokenizer, pad_id)
 from textclf.tracking.registry import current_champion, register, split_hash, version_tags
@@ -52,20 +54,24 @@ class EvaluatePaths:
     per_class: str  # written: CSV of per-class F1, precision, recall
     predictions: str  # written: parquet, per test document
     ingest_report: str | None = None  # ingest's accounting: why a removed document was dropped
+    review_curve: str | None = None  # written: CSV, share answered and its accuracy per serve.review_below
 
 
 def multilabel_results(doc_ids: list[str], y_true: np.ndarray, probs: np.ndarray, thresholds: np.ndarray,
-                       labels: list[str]) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
+                       labels: list[str], review: Review | None = None) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
     """A multi-label model's test results -> (metrics, per-document predictions: doc_id,
-    label and predicted label sets, labels (the list), correct (exact match), prob_<label>;
-    confusion rows: one (actual, predicted) per label a document carries and label it is
-    given). ECE: the predicted set's probability against exact match, as single-label's is
-    the predicted class's against a right answer."""
+    label and predicted label sets, labels (the list), correct (exact match), prob_<label>,
+    needs_review with a `review`; confusion rows: one (actual, predicted) per label a document
+    carries and label it is given). ECE: the predicted set's probability against exact match,
+    as single-label's is the predicted class's against a right answer. No temperature and no
+    prediction sets: the per-label thresholds decide, the review flag reads the set's probability."""
     pred = decide(probs, thresholds)
     metrics = multilabel_test_metrics(y_true, pred, labels)
     metrics["thresholds"] = dict(zip(labels, thresholds.tolist()))
-    frame = judged_frame(doc_ids, y_true, probs, labels, thresholds)
+    frame = judged_frame(doc_ids, y_true, probs, labels, thresholds, review)
     metrics["ece"] = calibration(frame["probability"], frame["correct"])["ece"]
+    if review is not None:
+        metrics["review"] = review_metrics(frame, review.review_below)
     names = np.asarray(labels)
     rows = [(a, p) for t, d in zip(np.asarray(y_true, dtype=bool), pred) for a in names[t] for p in names[d]]
     return metrics, frame, pd.DataFrame(rows, columns=["actual", "predicted"])
@@ -139,7 +145,9 @@ def diff_counts(found: dict) -> dict:
 def score_test(paths: EvaluatePaths, params, model, labels: list[str], thresholds: np.ndarray | None,
                test: Split) -> tuple[dict, pd.DataFrame, pd.DataFrame, dict]:
     """The model on the test split, and the export checked against it -> (metrics, per-document
-    predictions, confusion rows (actual, predicted), the serving check)."""
+    predictions, confusion rows (actual, predicted), the serving check). The export is checked on
+    the raw probabilities; the predictions are what is served: calibrated, with the prediction
+    set and the review flag (serve.coverage, serve.review_below)."""
     cfg = params.evaluate
     y_true = np.asarray(test.labels)  # (N,) classes, or (N, C) multi-hot
     device, mixed = inference_device(cfg.precision)
@@ -153,11 +161,18 @@ def score_test(paths: EvaluatePaths, params, model, labels: list[str], threshold
     truth = y_true if thresholds is None else np.asarray(label_sets(y_true, labels))
     serving = check_export(paths.export, test.input_ids, truth, probs, labels, params.serve, cfg, test.owner, answer)
     if thresholds is not None:
-        return (*multilabel_results(test.doc_ids or [], y_true, probs, thresholds, labels), serving)
-    y_pred = probs.argmax(axis=1)
+        review = review_for(None, None, params.serve.review_below, paths.model_dir)
+        return (*multilabel_results(test.doc_ids or [], y_true, probs, thresholds, labels, review), serving)
+    found = load_calibration(paths.model_dir)  # None: a folder from before, or train.calibration none
+    served = probs if found is None else found.apply(probs)
+    review = review_for(found, params.serve.coverage, params.serve.review_below, paths.model_dir)
+    y_pred = probs.argmax(axis=1)  # a temperature keeps every argmax: the labels are the served ones
     metrics = test_metrics(y_true, y_pred, labels)
-    predictions = judged_frame(test.doc_ids or [], y_true, probs, labels, None)
-    metrics["ece"] = calibration(predictions["probability"], predictions["correct"])["ece"]
+    predictions = judged_frame(test.doc_ids or [], y_true, served, labels, None, review)
+    metrics.update(calibration_scores(probs, served, y_true, found.temperature if found else None))
+    if review.coverage is not None and review.cut is not None:
+        metrics["sets"] = set_metrics(predictions, labels, review.coverage)
+    metrics["review"] = review_metrics(predictions, review.review_below)
     confusion = pd.DataFrame({"actual": [labels[i] for i in y_true], "predicted": [labels[i] for i in y_pred]})
     return metrics, predictions, confusion, serving
 
@@ -182,8 +197,9 @@ def run(paths: EvaluatePaths) -> None:
     metrics.update(versus_baseline(predictions, pd.read_parquet(paths.baseline_predictions), labels, cfg,
                                    multilabel))
     metrics["kept_epoch"] = training.get("kept_epoch")
+    review = {"coverage": params.serve.coverage, "review_below": params.serve.review_below}
     served = {**training, "model_uri": served_model(paths.export, paths.model_dir, paths.corpus,
-                                                    doc_ids, serving, training)}
+                                                    doc_ids, serving, training, review)}
     metrics["serving"] = {**serving, "model_uri": served["model_uri"]}
     metrics["mlflow"] = {"run_id": training["run_id"], "model_uri": served["model_uri"],  # run -> metrics
                          "torch_model_uri": training["model_uri"]}
@@ -192,6 +208,8 @@ def run(paths: EvaluatePaths) -> None:
     write_json(paths.data_diff, data_diff)
     write_json(paths.metrics, metrics)
     write_parquet(predictions, paths.predictions)
+    if paths.review_curve:
+        write_csv(review_curve(predictions), paths.review_curve)
     write_csv(confusion_rows, paths.confusion)
     write_csv(pd.DataFrame([{"class": c, **{k: s[k] for k in ("f1", "precision", "recall")}}
                             for c, s in metrics["per_class"].items()]), paths.per_class)

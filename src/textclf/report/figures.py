@@ -56,7 +56,7 @@ def confusion_heatmap(confusion: dict[str, dict[str, int]]) -> bytes:
     return _png(fig)
 
 
-def reliability_diagram(bins: list[dict], ece: float) -> bytes:
+def reliability_diagram(bins: list[dict], ece: float, which: str = "") -> bytes:
     """Accuracy against mean confidence per confidence bin; the diagonal is perfect
     calibration. Bar width is the bin, the count is written above it."""
     fig = Figure(figsize=(4.5, 4))
@@ -70,7 +70,7 @@ def reliability_diagram(bins: list[dict], ece: float) -> bytes:
     ax.plot([b["confidence"] for b in bins], [b["accuracy"] for b in bins], "o-", color="tab:red",
             label="accuracy at mean confidence")
     ax.set(xlim=(0, 1), ylim=(0, 1.05), xlabel="confidence (predicted class probability)",
-           ylabel="accuracy", title=f"reliability (ECE {ece:.3f})")
+           ylabel="accuracy", title=f"reliability{' ' + which if which else ''} (ECE {ece:.3f})")
     ax.legend(loc="upper left", fontsize=8)
     return _png(fig)
 
@@ -85,4 +85,23 @@ def token_lengths(histogram: pd.DataFrame, max_length: int) -> bytes:
     ax.axvline(max_length, color="tab:red", label=f"max_length {max_length}")
     ax.set(xlabel="tokens (untruncated)", ylabel="documents", title="token lengths")
     ax.legend()
+    return _png(fig)
+
+
+def review_curve(curve: pd.DataFrame, point: tuple[float, float] | None) -> bytes:
+    """Accuracy on the answered documents against the share answered, one point per
+    serve.review_below (the top probability alone, and with the set rule where there are
+    sets); the star is the operating point of the params."""
+    fig = Figure(figsize=(5, 3.6))
+    ax = fig.subplots()
+    ax.plot(curve["answered_share"], curve["accuracy"], "o-", markersize=3, label="top probability ≥ review_below")
+    if "answered_share_sets" in curve:
+        ax.plot(curve["answered_share_sets"], curve["accuracy_sets"], "s-", markersize=3,
+                label="and a one-label prediction set")
+    if point is not None:
+        ax.plot(*point, "*", color="tab:red", markersize=14, label="operating point (params)")
+    ax.set(xlim=(0, 1.02), xlabel="share of test documents answered (not needs_review)",
+           ylabel="accuracy on the answered", title="coverage–accuracy")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower left", fontsize=8)
     return _png(fig)

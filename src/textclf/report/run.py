@@ -13,8 +13,9 @@ import yaml
 from textclf.common import read_json
 from textclf.report import figures
 from textclf.report.document import Figure, Heading, to_html, to_markdown
+from textclf.report.confidence import confidence_section, warning_note
 from textclf.report.labels import label_metrics, label_noise_note, labels_section
-from textclf.report.sections import (baseline_section, calibration_section, data_section,
+from textclf.report.sections import (baseline_section, data_section,
                                      data_version_section, dropped_classes, headline, lineage_section,
                                      lost_alert, mistakes_section, results_section, serving_section)
 from textclf.tracking.runs import add_to_run, dataset_sources, lock_hashes, log_datasets
@@ -60,6 +61,7 @@ def build(paths: ReportPaths, run: dict) -> tuple[list, bytes]:
     labels = read_json(paths.label_summary) if paths.label_summary else None
     blocks = [Heading("Training report", 1)] + headline(metrics, collapsed)
     blocks += label_noise_note(labels) if labels else []
+    blocks += warning_note(metrics)  # a temperature that made test ECE worse
     blocks += dropped_classes(ingest)
     blocks += lost_alert(ingest)  # ingest dropped more than a few percent of what it saw
     blocks += data_section(ingest, read_json(paths.token_stats),
@@ -75,7 +77,7 @@ def build(paths: ReportPaths, run: dict) -> tuple[list, bytes]:
     blocks += mistakes_section(predictions, corpus)
     if labels:
         blocks += labels_section(labels, pd.read_parquet(paths.label_issues), corpus)
-    blocks += calibration_section(predictions)
+    blocks += confidence_section(metrics, predictions)
     blocks += lineage_section(read_json(Path(paths.model_dir) / "params.json"), run, hashes)
     return blocks, confusion
 

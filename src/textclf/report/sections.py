@@ -1,6 +1,6 @@
 """The report's sections, each a list of document blocks (report.document): the headline
 (scores, the verdict against the baseline, the guards), data, results, baseline, the served
-model, near-duplicates, mistakes, calibration, params and lineage."""
+model, near-duplicates, mistakes, params and lineage (calibration: report.confidence)."""
 from __future__ import annotations
 
 from typing import Sequence
@@ -12,7 +12,7 @@ from textclf.data.ingest_report import lost_line
 from textclf.data.versions import described
 from textclf.evaluate.comparison import WORSE
 from textclf.evaluate.comparison import headline as verdict_line
-from textclf.evaluate.metrics import calibration, metric_names
+from textclf.evaluate.metrics import metric_names
 from textclf.report import figures
 from textclf.report.document import Alert, Block, Figure, Heading, Para, Table
 from textclf.severity import ALARM, WARNING, with_severity
@@ -28,7 +28,7 @@ def headline(metrics: dict, collapsed_epochs: Sequence[int] = ()) -> list[Block]
         Para(f"**Test accuracy {metrics['accuracy']:.4f}, macro-F1 {metrics['macro_f1']:.4f}** "
              f"— TF-IDF baseline {base['accuracy']:.4f} / {base['macro_f1']:.4f}, "
              f"gap {gap['accuracy']:+.4f} / {gap['macro_f1']:+.4f}; "
-             f"expected calibration error {metrics['ece']:.4f}."),
+             f"expected calibration error {metrics['ece']:.4f}" + raw_ece(metrics) + "."),
         Para(verdict_line(metrics["comparison"]))]
     if metrics["comparison"]["verdict"] == WORSE:
         blocks.append(Alert("the fine-tuned model is significantly worse than the TF-IDF baseline."))
@@ -54,6 +54,13 @@ def headline(metrics: dict, collapsed_epochs: Sequence[int] = ()) -> list[Block]
     if warned:
         blocks.append(Para("Guard warnings: " + "; ".join(warned) + "."))
     return blocks + [Table(["guard", "status"], [[n, s] for n, s in metrics["guards"].items()])]
+
+
+def raw_ece(metrics: dict) -> str:
+    """The raw softmax's ECE beside the served one's, where a temperature changed it."""
+    if metrics.get("ece_raw") is None or metrics.get("temperature", 1.0) == 1.0:
+        return ""
+    return f" (raw softmax {metrics['ece_raw']:.4f}, temperature {metrics['temperature']:.3f})"
 
 
 def dropped_classes(ingest: dict) -> list[Block]:
@@ -230,17 +237,6 @@ def mistakes_section(predictions: pd.DataFrame, corpus: pd.DataFrame) -> list[Bl
     if not rows:
         return blocks + [Para("No test document was misclassified.")]
     return blocks + [Table(["document", "true", "predicted", "probability", "text"], rows)]
-
-
-def calibration_section(predictions: pd.DataFrame) -> list[Block]:
-    cal = calibration(predictions["probability"], predictions["correct"])
-    return [Heading("Calibration"),
-            Para(f"Expected calibration error **{cal['ece']:.4f}** over 10 confidence bins "
-                 "(0 = confidence matches accuracy)."),
-            Figure("reliability diagram", figures.reliability_diagram(cal["bins"], cal["ece"])),
-            Table(["confidence bin", "documents", "mean confidence", "accuracy"],
-                  [[f"{b['low']:.1f}–{b['high']:.1f}", b["count"], f"{b['confidence']:.3f}",
-                    f"{b['accuracy']:.3f}"] for b in cal["bins"]])]
 
 
 def lineage_section(model_params: dict, run: dict, hashes: dict) -> list[Block]:
