@@ -178,6 +178,9 @@ class TrainParams(Section):
     # balanced: each class's loss weighted n / (C * n_c) on the training split (logged as
     # class_weights.json); the baseline stage weights its classes alike
     class_weights: Literal["none", "balanced"] = "none"
+    # temperature: one scalar fitted on validation with the kept weights, saved with the model
+    # and applied by every predictor (docs/calibration.md); none: the raw softmax is served
+    calibration: Literal["temperature", "none"] = "temperature"
     # the silent_class guard judges a class with at least this many validation documents
     silent_class_support: int = ranged(3, 1)
 
@@ -251,6 +254,11 @@ class ServeParams(Section):
     # on the test split and serves PyTorch instead where it disagrees (docs/serving.md)
     format: Literal["torch", "onnx", "onnx-int8"] = "onnx-int8"
     min_agreement: float = ranged(0.99, 0, 1)  # share of test labels equal to PyTorch's, at least
+    # every served answer of a single-label model carries its prediction set at this coverage
+    # (split-conformal on validation: the set holds the true label for this share of documents)
+    coverage: float = ranged(0.9, 0, 1, low_open=True, high_open=True)
+    # needs_review: a set of other than one label, or a calibrated top probability below this
+    review_below: float = ranged(0.5, 0, 1)
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,10 @@
 
 Prints one tab-separated line per input: source, label, probability of that label (a
 multi-label model: its labels as a JSON list, '["politics", "sport"]', and the probability
-of exactly that set).
+of exactly that set); answering with a review (--coverage, --review-below, or a logged model
+evaluate served with serve.*), then the prediction set as a JSON list (single-label) and
+needs_review (true / false). Probabilities are calibrated where the model carries a
+temperature (docs/calibration.md).
 With --table (CSV, TSV, JSON Lines or Parquet), writes every row's predictions to --out
 instead (docs/table_scoring.md). The MLflow pyfunc (textclf.inference.serving) wraps the same
 Predictor, so both give the same numbers.
@@ -15,6 +18,7 @@ Predictor, so both give the same numbers.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 from pathlib import Path
@@ -84,6 +88,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--text-column", help="the table's text column (default: text)")
     parser.add_argument("--id-column", help="keep only this column of the table (default: all)")
     parser.add_argument("--out", help="with --table: the .parquet file the predictions go to")
+    parser.add_argument("--coverage", type=float,
+                        help="answer with prediction sets holding the true label this often, e.g. 0.9 "
+                             "(default: as the logged model was served; none for a folder)")
+    parser.add_argument("--review-below", type=float,
+                        help="flag needs_review under this calibrated top probability (default: as served)")
     args = parser.parse_intermixed_args(argv)  # text files may follow the options
     if args.batch_size < 1:
         raise UserError(f"--batch-size={args.batch_size}; use a positive number.")
@@ -91,14 +100,18 @@ def main(argv: list[str] | None = None) -> None:
     if args.table:
         setup_logging()  # the closing count of scored and skipped rows is an info line
         table = open_table(args.table, args.text_column or "text", args.id_column or "")
-        score_table(table, load_predictor(args.model_dir, args.batch_size), args.out)
+        score_table(table, load_predictor(args.model_dir, args.batch_size, args.coverage, args.review_below),
+                    args.out)
         return
     logging.basicConfig(level=logging.WARNING, format="%(name)s %(levelname)s %(message)s")
     sources, texts = read_inputs(args.files)
-    predictor = load_predictor(args.model_dir, args.batch_size)
+    predictor = load_predictor(args.model_dir, args.batch_size, args.coverage, args.review_below)
     frame = predictor.predict(texts)  # multi-label: `label` is the label set, '["politics", "sport"]'
-    for source, label, prob in zip(sources, frame["label"], frame["probability"]):
-        sys.stdout.write(f"{source}\t{label}\t{prob:.4f}\n")
+    sets = (json.dumps(list(s)) for s in frame["labels"]) if "set_size" in frame else None
+    for i, (source, label, prob) in enumerate(zip(sources, frame["label"], frame["probability"])):
+        extra = (f"\t{next(sets)}" if sets else "") + (
+            f"\t{str(bool(frame['needs_review'].iat[i])).lower()}" if "needs_review" in frame else "")
+        sys.stdout.write(f"{source}\t{label}\t{prob:.4f}{extra}\n")
 
 
 if __name__ == "__main__":

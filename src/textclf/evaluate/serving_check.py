@@ -7,6 +7,7 @@ warning line naming each fallback, metrics.json, MLflow, the report). The logged
 folder of the served format alone (model.export.format_folder): it runs the file it names."""
 from __future__ import annotations
 
+import json
 import logging
 import tempfile
 from pathlib import Path
@@ -101,30 +102,31 @@ def chain_result(requested: str, checks: list[dict]) -> dict:
 
 
 def served_model(export_dir: str, model_dir: str, corpus: str, doc_ids: list[str],
-                 serving: dict, training: dict) -> str:
-    """Log the export as the training run's `model_onnx` when it passed the check (once per
-    export: a rerun finds it by its md5) -> the URI of the model to register and serve (the
-    PyTorch one otherwise)."""
+                 serving: dict, training: dict, review: dict) -> str:
+    """Log what passed the check (the export's one format, or the PyTorch folder) as a pyfunc
+    of the training run whose answers carry `review` ({coverage, review_below}: serve.*), once
+    per export and review (a rerun finds it by its tags) -> the URI to register and serve."""
     if serving["format"] == "torch":
-        return training["model_uri"]
+        return _log_served(None, model_dir, corpus, doc_ids, serving, training, review)
     with tempfile.TemporaryDirectory() as tmp:  # the served format alone, logged as artifacts/export
         return _log_served(format_folder(export_dir, serving["format"], Path(tmp) / "export"),
-                           model_dir, corpus, doc_ids, serving, training)
+                           model_dir, corpus, doc_ids, serving, training, review)
 
 
-def _log_served(export_dir: Path, model_dir: str, corpus: str, doc_ids: list[str], serving: dict,
-                training: dict) -> str:
+def _log_served(export_dir: Path | None, model_dir: str, corpus: str, doc_ids: list[str], serving: dict,
+                training: dict, review: dict) -> str:
     mlflow.set_tracking_uri(training["tracking_uri"])
-    md5 = file_md5(export_dir / read_export(export_dir)["file"])
+    tags = {"export_md5": "torch" if export_dir is None else file_md5(export_dir / read_export(export_dir)["file"]),
+            "serve_review": json.dumps(review, sort_keys=True)}
     logged = mlflow.MlflowClient().search_logged_models(  # an evaluate rerun: logged already
         experiment_ids=[training["experiment_id"]], max_results=1,
-        filter_string=f"source_run_id = '{training['run_id']}' AND tags.export_md5 = '{md5}'")
+        filter_string=f"source_run_id = '{training['run_id']}' AND " +
+                      " AND ".join(f"tags.{k} = '{v}'" for k, v in tags.items()))
     if logged:
         return f"models:/{logged[0].model_id}"
     info = log_pyfunc(model_dir, read_texts(corpus, doc_ids[:EXAMPLES]), export_dir,
-                      into=(training["experiment_id"], training["run_id"]), tags={"export_md5": md5})
-    log.info("serving %s: %s (agreement with PyTorch %.2f%%, largest probability difference %.4f)",
-             serving["format"], info.model_uri, 100 * serving["agreement"], serving["max_prob_diff"])
+                      into=(training["experiment_id"], training["run_id"]), tags=tags, review=review)
+    log.info("serving %s: %s, answers with %s", serving["format"], info.model_uri, review)
     return info.model_uri
 
 

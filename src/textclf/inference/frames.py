@@ -4,13 +4,16 @@ baseline and the ONNX predictor (no torch) share them."""
 from __future__ import annotations
 
 import json
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import pandas as pd
 
 from textclf.common import UserError
 from textclf.data.labelsets import label_sets
+
+if TYPE_CHECKING:  # the type only: the baseline, which shares these frames, needs no calibration
+    from textclf.model.calibration import Review
 
 PROB_PREFIX = "prob_"  # one column of probabilities per class
 
@@ -20,15 +23,38 @@ class TextPredictor(Protocol):
     OnnxPredictor alike."""
     labels: list[str]
     thresholds: np.ndarray | None  # multi-label: (C,) tuned on validation; None: one class per text
+    review: Review | None  # serve.coverage and serve.review_below, where set (set_review)
+
+    def set_review(self, coverage: float | None, review_below: float) -> None: ...
 
     def predict_proba(self, texts: list[str]) -> np.ndarray: ...  # (N, C)
 
-    def predict(self, texts: list[str]) -> pd.DataFrame: ...  # probability_frame's (label_set_frame's) columns
+    def predict(self, texts: list[str]) -> pd.DataFrame: ...  # answered_frame's columns
 
 
 def predicted_frame(probs: np.ndarray, labels: list[str], thresholds: np.ndarray | None) -> pd.DataFrame:
     """A predictor's answer: probability_frame, or label_set_frame for a multi-label model."""
     return probability_frame(probs, labels) if thresholds is None else label_set_frame(probs, labels, thresholds)
+
+
+def answered_frame(probs: np.ndarray, labels: list[str], thresholds: np.ndarray | None,
+                   review: Review | None) -> pd.DataFrame:
+    """predicted_frame, and with a `review` (serve.coverage, serve.review_below) its columns
+    after the probabilities: a single-label model's prediction set `labels` (most probable
+    first) and `set_size`, then `needs_review` for every model."""
+    frame = predicted_frame(probs, labels, thresholds)
+    if review is None:
+        return frame
+    size = None
+    if thresholds is None and review.cut is not None:
+        member = review.sets(probs)  # (N, C)
+        order = np.argsort(-np.asarray(probs), axis=1, kind="stable")  # (N, C) most probable first
+        names = np.asarray(labels, dtype=object)
+        frame["labels"] = [names[row[m[row]]].tolist() for row, m in zip(order, member)]
+        size = member.sum(axis=1)
+        frame["set_size"] = size.astype(np.int64)
+    frame["needs_review"] = review.flags(frame["probability"].to_numpy(), size)
+    return frame
 
 
 def probability_frame(probs: np.ndarray, labels: list[str]) -> pd.DataFrame:
@@ -59,12 +85,12 @@ def label_set_frame(probs: np.ndarray, labels: list[str], thresholds: np.ndarray
 
 
 def judged_frame(doc_ids: list[str], y_true, probs: np.ndarray, labels: list[str],
-                 thresholds: np.ndarray | None) -> pd.DataFrame:
+                 thresholds: np.ndarray | None, review: Review | None = None) -> pd.DataFrame:
     """A split's per-document predictions beside its labels (evaluate's test predictions,
     train's validation ones): doc_id, label (given), predicted, correct and the predictor's
-    columns. Multi-label: label and predicted are sets as the corpus writes them, correct is
-    an exact match."""
-    frame = predicted_frame(probs, labels, thresholds).rename(columns={"label": "predicted"})
+    columns (answered_frame's, with `review`). Multi-label: label and predicted are sets as
+    the corpus writes them, correct is an exact match."""
+    frame = answered_frame(probs, labels, thresholds, review).rename(columns={"label": "predicted"})
     frame.insert(0, "doc_id", doc_ids)
     given = [labels[i] for i in y_true] if thresholds is None else label_sets(np.asarray(y_true), labels)
     frame.insert(1, "label", given)

@@ -40,11 +40,19 @@ def model_folder(model: str) -> Path:
     """A model folder (written by the train stage or the export stage), or an MLflow model
     URI or pyfunc folder -> the folder the pyfunc runs: its PyTorch model folder, or its
     exported ONNX folder."""
+    return served_folder(model)[0]
+
+
+def served_folder(model: str) -> tuple[Path, dict]:
+    """model_folder, and the pyfunc's model_config (evaluate logs serve.coverage and
+    serve.review_below there; {} for a folder)."""
     local = Path(model)
     if ":/" not in model and not (local / "MLmodel").is_file():
-        return local
+        return local, {}
     import yaml
 
     local = pyfunc_folder(model)
-    artifacts = yaml.safe_load((local / "MLmodel").read_text())["flavors"]["python_function"]["artifacts"]
-    return local / artifacts["onnx_dir" if "onnx_dir" in artifacts else "model_dir"]["path"]
+    flavor = yaml.safe_load((local / "MLmodel").read_text())["flavors"]["python_function"]
+    artifacts = flavor["artifacts"]
+    folder = local / artifacts["onnx_dir" if "onnx_dir" in artifacts else "model_dir"]["path"]
+    return folder, flavor.get("model_config") or {}

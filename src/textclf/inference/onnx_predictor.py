@@ -11,8 +11,9 @@ import pandas as pd
 
 from textclf.common import UserError, positive_int_env
 from textclf.data.tokenizing import RustTokenizer, encode_texts
-from textclf.inference.frames import check_texts, predicted_frame, sorted_batches
+from textclf.inference.frames import answered_frame, check_texts, sorted_batches
 from textclf.inference.pooling import pool_logits
+from textclf.model.calibration import from_dict, no_calibration, review_for
 from textclf.model.checksums import how_to_restore, verify_folder
 from textclf.model.exported import EXPORT_FILE, TOKENIZER_FILE, read_export
 
@@ -74,6 +75,12 @@ class OnnxPredictor:
         # a multi-label export: each label's sigmoid, cut at its threshold tuned on validation
         self.thresholds = np.asarray(meta["thresholds"]) if meta.get("task") == "multilabel" else None
         self.activation = softmax if self.thresholds is None else sigmoid
+        # single-label: the model folder's temperature, carried in export.json (None: exported before)
+        self.calibration = None
+        if self.thresholds is None:
+            self.calibration = from_dict(meta["calibration"], str(export_dir / EXPORT_FILE)) if "calibration" in meta \
+                else no_calibration(export_dir)
+        self.review, self.where = None, str(export_dir)
         self.tokenizer = RustTokenizer(export_dir / TOKENIZER_FILE)
         self.session = session(export_dir / meta["file"])
         self.batch_size = batch_size
@@ -103,7 +110,12 @@ class OnnxPredictor:
     def predict_proba(self, texts: list[str]) -> np.ndarray:
         check_texts(texts)
         enc = encode_texts(self.tokenizer, texts, self.max_length, self.truncation, self.stride)
-        return self.proba_of_ids(enc.ids, enc.owner)
+        probs = self.proba_of_ids(enc.ids, enc.owner)  # raw: what evaluate checks against PyTorch
+        return probs if self.calibration is None else self.calibration.apply(probs).astype(np.float32)
+
+    def set_review(self, coverage: float | None, review_below: float) -> None:
+        """Answer with prediction sets at `coverage` and the needs_review flag (serve.*)."""
+        self.review = review_for(self.calibration, coverage, review_below, self.where)
 
     def predict(self, texts: list[str]) -> pd.DataFrame:
-        return predicted_frame(self.predict_proba(list(texts)), self.labels, self.thresholds)
+        return answered_frame(self.predict_proba(list(texts)), self.labels, self.thresholds, self.review)

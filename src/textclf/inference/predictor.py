@@ -10,9 +10,10 @@ import numpy as np
 import pandas as pd
 
 from textclf.data.tokenizing import encode_texts
-from textclf.inference.frames import check_texts, predicted_frame
+from textclf.inference.frames import answered_frame, check_texts
 from textclf.inference.proba import inference_device, predict_proba
 from textclf.common import UserError
+from textclf.model.calibration import load as load_calibration, review_for
 from textclf.model.modeling import (folder_params, is_multilabel_model, load_classifier, load_thresholds,
                                     load_tokenizer, pad_id)
 
@@ -35,6 +36,9 @@ class Predictor:
         self.tokenizer = load_tokenizer(str(model_dir))
         # multi-label: sigmoid per label, each cut at its threshold tuned on validation
         self.thresholds = load_thresholds(model_dir, self.labels) if is_multilabel_model(self.model) else None
+        # single-label: the temperature fitted on validation (None: saved before models had one)
+        self.calibration = None if self.thresholds is not None else load_calibration(model_dir)
+        self.review, self.where = None, str(model_dir)
         self.batch_size = batch_size
         self.device, self.mixed = inference_device()
         self.model.to(self.device)
@@ -44,9 +48,14 @@ class Predictor:
         if not texts:
             return np.zeros((0, len(self.labels)), dtype=np.float32)
         enc = encode_texts(self.tokenizer, texts, self.max_length, self.truncation, self.stride)
-        return predict_proba(self.model, enc.ids, self.batch_size, pad_id(self.tokenizer), self.device,
-                             self.mixed, owner=enc.owner, pooling=self.chunk_pooling,
-                             multilabel=self.thresholds is not None)  # (N, C)
+        probs = predict_proba(self.model, enc.ids, self.batch_size, pad_id(self.tokenizer), self.device,
+                              self.mixed, owner=enc.owner, pooling=self.chunk_pooling,
+                              multilabel=self.thresholds is not None)  # (N, C)
+        return probs if self.calibration is None else self.calibration.apply(probs).astype(np.float32)
+
+    def set_review(self, coverage: float | None, review_below: float) -> None:
+        """Answer with prediction sets at `coverage` and the needs_review flag (serve.*)."""
+        self.review = review_for(self.calibration, coverage, review_below, self.where)
 
     def predict(self, texts: list[str]) -> pd.DataFrame:
-        return predicted_frame(self.predict_proba(list(texts)), self.labels, self.thresholds)
+        return answered_frame(self.predict_proba(list(texts)), self.labels, self.thresholds, self.review)

@@ -93,6 +93,9 @@ class TextClassifier(mlflow.pyfunc.PythonModel):
         else:
             from textclf.inference.predictor import Predictor  # torch and the model load only here
             self.predictor = Predictor(context.artifacts["model_dir"])
+        config = context.model_config or {}
+        if "coverage" in config:  # logged by evaluate: serve.coverage and serve.review_below
+            self.predictor.set_review(config["coverage"], config["review_below"])
 
     def predict(self, context, model_input: pd.DataFrame, params=None) -> pd.DataFrame:
         # the DataFrame hint: a `text` column, validated against the logged signature
@@ -114,11 +117,14 @@ def pinned_requirements(names: tuple[str, ...] = REQUIREMENTS) -> list[str]:
 
 
 def log_pyfunc(model_dir: str | Path, examples: list[str], export_dir: str | Path | None = None,
-               into: tuple[str, str] | None = None, tags: dict[str, str] | None = None):
+               into: tuple[str, str] | None = None, tags: dict[str, str] | None = None,
+               review: dict | None = None):
     """Log the model folder (or, given export_dir, the exported ONNX model) as a pyfunc
     under the active run, or `into` (experiment id, run id) -> mlflow ModelInfo. Into a
     finished run (evaluate logs the export) without reopening it: its status and end time
-    stay training's, and MLflow's current experiment is left alone."""
+    stay training's, and MLflow's current experiment is left alone. `review` ({coverage,
+    review_below}: serve.*) goes into the pyfunc's model_config: its answers carry sets and
+    needs_review."""
     from mlflow.models import Model
 
     predictor: TextPredictor
@@ -130,6 +136,8 @@ def log_pyfunc(model_dir: str | Path, examples: list[str], export_dir: str | Pat
         from textclf.inference.onnx_predictor import OnnxPredictor
         predictor, name, requirements = OnnxPredictor(export_dir), "model_onnx", ONNX_REQUIREMENTS
         artifacts = {"onnx_dir": str(export_dir)}
+    if review is not None:
+        predictor.set_review(review["coverage"], review["review_below"])
     example = pd.DataFrame({TEXT_COLUMN: examples})
     signature = infer_signature(example, predictor.predict(examples))
     where: dict = {"tags": tags}
@@ -142,4 +150,5 @@ def log_pyfunc(model_dir: str | Path, examples: list[str], export_dir: str | Pat
                      python_model=str(PACKAGE / "inference" / "pyfunc_entry.py"),
                      artifacts=artifacts, code_paths=[str(PACKAGE)], signature=signature,
                      input_example=example, pip_requirements=pinned_requirements(requirements),
+                     model_config=review,
                      flavor_name="pyfunc.ModelFromCode")  # what mlflow.pyfunc.log_model records

@@ -16,23 +16,28 @@ from collections import Counter, deque
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Callable, Iterator, Protocol
+from typing import TYPE_CHECKING, Callable, Iterator, Protocol
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from textclf.common import UserError, atomic_path, open_parquet
-from textclf.inference.frames import PROB_PREFIX, predicted_frame
+from textclf.inference.frames import PROB_PREFIX, answered_frame
+
+if TYPE_CHECKING:  # the type only: scoring imports no more than the predictor did
+    from textclf.model.calibration import Review
 
 log = logging.getLogger(__name__)
 
 FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".parquet": "parquet"}
 CHUNK_ROWS = 4096  # rows scored at a time: the Predictor length-sorts within a chunk
 CSV_BLOCK_BYTES = 1 << 22
-PREDICTED = ("label", "probability", "skip_reason")  # besides prob_<class>
+# besides prob_<class>; labels, set_size and needs_review where the model answers with them
+PREDICTED = ("label", "probability", "labels", "set_size", "needs_review", "skip_reason")
 
 # A chunk of the table (the kept columns and the text column) and, per row, a reason the
 # reader already knows it cannot be scored (None: the text decides).
@@ -51,6 +56,7 @@ class Scorer(Protocol):
     """What scoring needs of a predictor (PyTorch or exported): nothing else."""
     labels: list[str]
     thresholds: np.ndarray | None  # a multi-label model's; None: one class per text
+    review: Review | None  # prediction sets and needs_review (serve.coverage, serve.review_below)
 
     def predict_proba(self, texts: list[str]) -> np.ndarray: ...
 
@@ -259,7 +265,7 @@ def _predictions(table: pa.Table, flags: list, text: str, scorer: Scorer,
     skipped = np.array([r is not None for r in reasons], dtype=bool)
     ok = [t for t, s in zip(texts, skipped) if not s]
     probs = scorer.predict_proba(ok) if ok else np.zeros((0, len(scorer.labels)), dtype=np.float32)
-    frame = predicted_frame(probs, scorer.labels, scorer.thresholds)
+    frame = answered_frame(probs, scorer.labels, scorer.thresholds, scorer.review)
     scored = pa.Table.from_pandas(frame, schema=schema, preserve_index=False)
     index = np.zeros(len(texts), dtype=np.int64)
     index[~skipped] = np.arange(len(ok))
@@ -270,9 +276,7 @@ def _predictions(table: pa.Table, flags: list, text: str, scorer: Scorer,
 def score_table(table: Table, scorer: Scorer, out: str | Path) -> Counter:
     """Score every row of `table` into the Parquet file `out`, written atomically; -> the
     count of rows per skip reason ("scored": the rows that have predictions)."""
-    several = [("labels", pa.list_(pa.string()))] if scorer.thresholds is not None else []  # multi-label
-    predicted = pa.schema([*several, ("label", pa.string()), ("probability", pa.float64())]
-                          + [(PROB_PREFIX + c, pa.float64()) for c in scorer.labels])
+    predicted = answer_schema(scorer)
     schema = pa.schema([*table.schema, *predicted, ("skip_reason", pa.string())])
     counts: Counter = Counter()
     bar = tqdm(total=table.rows, unit="rows", disable=not sys.stderr.isatty())
@@ -282,8 +286,22 @@ def score_table(table: Table, scorer: Scorer, out: str | Path) -> Counter:
             kept = [chunk.column(c) for c in table.keep]
             writer.write_table(pa.Table.from_arrays([*kept, *columns], schema=schema))
             counts.update(r.value if r else "scored" for r in reasons)
+            if "needs_review" in predicted.names:
+                counts["needs_review"] += int(pc.sum(columns[predicted.names.index("needs_review")]).as_py() or 0)
             bar.update(chunk.num_rows)
-    skips = ", ".join(f"{r} {n}" for r, n in sorted(counts.items()) if r != "scored") or "none"
-    log.info("scored %d of %d rows of %s into %s; skipped: %s", counts["scored"], counts.total(),
-             table.path, out, skips)
+    skips = ", ".join(f"{r} {n}" for r, n in sorted(counts.items()) if r not in ("scored", "needs_review")) or "none"
+    review = f"; {counts['needs_review']} need review" if "needs_review" in predicted.names else ""
+    log.info("scored %d of %d rows of %s into %s%s; skipped: %s", counts["scored"],
+             counts.total() - counts["needs_review"], table.path, out, review, skips)
     return counts
+
+
+def answer_schema(scorer: Scorer) -> pa.Schema:
+    """The prediction columns answered_frame gives for this scorer, typed."""
+    multilabel, review = scorer.thresholds is not None, scorer.review
+    several = [("labels", pa.list_(pa.string()))] if multilabel else []
+    sets = [("labels", pa.list_(pa.string())), ("set_size", pa.int64())] \
+        if not multilabel and review is not None and review.cut is not None else []
+    flag = [("needs_review", pa.bool_())] if review is not None else []
+    return pa.schema([*several, ("label", pa.string()), ("probability", pa.float64())]
+                     + [(PROB_PREFIX + c, pa.float64()) for c in scorer.labels] + sets + flag)

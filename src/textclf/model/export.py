@@ -24,6 +24,7 @@ from transformers import PreTrainedModel
 
 from textclf.common import UserError, atomic_path, read_json, write_json
 from textclf.config import load_params
+from textclf.model.calibration import load as load_calibration
 from textclf.model.checksums import verify_folder, write_checksums
 from textclf.model.exported import EXPORT_FILE, ONNX_FILES, TOKENIZER_FILE, read_export
 from textclf.model.modeling import is_multilabel_model, load_classifier, load_thresholds, load_tokenizer, pad_id
@@ -92,6 +93,8 @@ def export_model(model_dir: str | Path, out_dir: str | Path, fmt: str) -> dict:
                 meta["fallback"] = {"format": "onnx", "file": ONNX_FILES["onnx"]}
             if is_multilabel_model(model):  # sigmoid per label, cut at its threshold (onnx_predictor)
                 meta.update(task="multilabel", thresholds=load_thresholds(model_dir, labels).tolist())
+            elif (calibration := load_calibration(model_dir)) is not None:  # applied as the folder's
+                meta["calibration"] = calibration.to_dict()
             if meta["truncation"] == "chunks":  # only then: other exports stay as they were
                 meta.update(stride=params["tokenize"]["stride"], chunk_pooling=params["model"]["chunk_pooling"])
             log.info("exported %s as %s (%.1f MB)", model_dir, meta["file"],

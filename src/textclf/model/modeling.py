@@ -15,6 +15,7 @@ from torch import nn
 from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, AutoTokenizer
 
 from textclf.config import ModelParams, TokenizeParams, params_file, parse_section
+from textclf.model.calibration import Calibration, save as save_calibration
 from textclf.model.checksums import verify_folder, write_checksums
 from textclf.model.heads import PooledClassifier, SequenceClassifier, TextCNNClassifier
 from textclf.common import UserError, read_json, write_json
@@ -95,11 +96,14 @@ def is_multilabel_model(model: nn.Module) -> bool:
 
 
 def save_model(model: nn.Module, folder: Path, tokenizer, params: dict,
-               thresholds: dict[str, float] | None = None) -> None:
-    """The model folder; a multi-label model's `thresholds` ({label: threshold}) beside it."""
+               thresholds: dict[str, float] | None = None, calibration: Calibration | None = None) -> None:
+    """The model folder; a multi-label model's `thresholds` ({label: threshold}) and a
+    single-label model's `calibration` (calibration.json) beside it."""
     folder = Path(folder)
     if thresholds is not None:
         write_json(folder / THRESHOLDS_FILE, thresholds)
+    if calibration is not None:
+        save_calibration(calibration, folder)
     if isinstance(model, SequenceClassifier):
         model.hf.save_pretrained(folder)
     else:

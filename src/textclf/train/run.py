@@ -38,7 +38,7 @@ from textclf.train.launch import (RDZV_FAILED, check_same_inputs, failures_to_la
 from textclf.train.loop import Callbacks, TrainJob, fit, make_accelerator
 from textclf.train.selection import EpochSelector
 from textclf.train.paths import TrainInputs, TrainPaths
-from textclf.train.targets import loss_weights, tuned_thresholds, validation_proba, write_validation
+from textclf.train.targets import calibrate, loss_weights, tuned_thresholds, validation_proba, write_validation
 from textclf.train.records import EpochLogger, GuardBook, NoTracking, RunLog, Tracker
 
 if TYPE_CHECKING:
@@ -204,13 +204,14 @@ def save_and_upload(job: Training, trained: Trained, tracker: RunLog, active: Ac
     tuned = tuned_thresholds(job, probs)  # multi-label: the kept epoch is judged at them, as served
     if tuned is not None:
         trained.curve.use_thresholds(selector.kept_epoch, probs, np.array(list(tuned.values())))
-    write_validation(job, probs, tuned)
+    calibration = calibrate(job, probs)  # single-label: the temperature, fitted on these
+    write_validation(job, probs if calibration is None else calibration.apply(probs), tuned)
     trained.curve.judge(selector.kept_epoch, final=True)  # the guards judge the model that is kept
     write_csv(pd.DataFrame(guards.weight_movement(model, trained.before, trained.encoder)), paths.movement)
     trained.book.check("weight_movement", guards.movement_check, model, trained.before, trained.encoder,
                        job.params.train)
     with atomic_path(paths.model_dir, folder=True) as tmp:  # a kill mid-save leaves no half model
-        save_model(model, tmp, job.tokenizer, job.params.sections(LOGGED_SECTIONS), tuned)
+        save_model(model, tmp, job.tokenizer, job.params.sections(LOGGED_SECTIONS), tuned, calibration)
     model_uri = upload(paths, tracker, example_texts(job.tokenizer, job.splits["validation"]))
     write_json(paths.run_file, {"run_id": active.info.run_id, "experiment_id": active.info.experiment_id,
                                 "tracking_uri": mlflow.get_tracking_uri(),

@@ -13,6 +13,8 @@ from textclf.data.weights import class_weights, positive_weights
 from textclf.evaluate.multilabel import decide, multilabel_scores, tune_thresholds
 from textclf.inference.frames import judged_frame
 from textclf.inference.proba import predict_proba
+from textclf.model.calibration import Calibration
+from textclf.train.temperature import fit as fit_calibration
 from textclf.model.modeling import pad_id
 
 if TYPE_CHECKING:
@@ -69,9 +71,24 @@ def tuned_thresholds(job: Training, probs: np.ndarray) -> dict[str, float] | Non
     return thresholds
 
 
+def calibrate(job: Training, probs: np.ndarray) -> Calibration | None:
+    """Single-label with train.calibration temperature: the temperature fitted on the kept
+    weights' validation probabilities, and the validation scores prediction sets are cut
+    from (docs/calibration.md); logged. None: multi-label (its per-label thresholds are tuned
+    on the raw probabilities) or train.calibration none."""
+    val = job.splits["validation"]
+    if val.multilabel or job.params.train.calibration == "none":
+        return None
+    calibration = fit_calibration(probs, np.asarray(val.labels))
+    job.tracker.log_metrics({"temperature": calibration.temperature, "val_nll_raw": calibration.nll_before,
+                             "val_nll_calibrated": calibration.nll_after})
+    return calibration
+
+
 def write_validation(job: Training, probs: np.ndarray, tuned: dict[str, float] | None) -> None:
-    """The kept weights' per-document validation predictions (evaluate's columns) into
-    --val-predictions, where the stage is given one: out of sample, as the labels stage needs."""
+    """The kept weights' per-document validation predictions (evaluate's columns; calibrated,
+    as served) into --val-predictions, where the stage is given one: out of sample, as the
+    labels stage needs."""
     if not job.paths.val_predictions:
         return
     val = job.splits["validation"]

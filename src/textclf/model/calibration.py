@@ -1,0 +1,147 @@
+"""Calibrated probabilities and prediction sets (docs/calibration.md). numpy only: the ONNX
+predictor (no torch) applies them as the PyTorch one does; train fits them
+(textclf.train.temperature).
+
+- Temperature scaling (Guo et al., 2017): one scalar T fitted on validation by the negative
+  log-likelihood; p = softmax(log p_raw / T). Labels never change (argmax is kept).
+- Split-conformal sets with the LAC score 1 - p(given label) (Sadinle et al., 2019): the
+  validation documents' scores, sorted, are saved with the model; a coverage 1 - alpha is
+  then the ceil((n + 1)(1 - alpha))-th smallest score q, and a document's set every label
+  with p >= 1 - q. On exchangeable data the set holds the true label with probability at
+  least 1 - alpha (tests/test_calibration.py checks it against crepes).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from textclf.common import UserError
+
+log = logging.getLogger(__name__)
+
+CALIBRATION_FILE = "calibration.json"
+TINY = 1e-12  # log(0) guard: a float32 softmax can round a probability to 0
+
+
+def softmax_t(probs: np.ndarray, temperature: float) -> np.ndarray:
+    """(N, C) probabilities -> the same at temperature T: softmax(log p / T)."""
+    z = np.log(np.clip(np.asarray(probs, dtype=np.float64), TINY, None)) / temperature  # (N, C)
+    z -= z.max(axis=1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def nll(probs: np.ndarray, y: np.ndarray) -> float:
+    """Mean negative log-likelihood of the (N,) given classes."""
+    return float(-np.log(np.clip(probs[np.arange(len(y)), y], TINY, None)).mean())
+
+
+def lac_scores(probs: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """(N,) conformity scores: 1 - the probability of each document's given class."""
+    return 1.0 - probs[np.arange(len(y)), y]
+
+
+def needed_documents(coverage: float) -> int:
+    """The fewest calibration documents for which a coverage has a finite threshold:
+    ceil((n + 1) * coverage) <= n."""
+    return math.ceil(coverage / (1 - coverage) - 1e-9)
+
+
+def conformal_threshold(scores: np.ndarray, coverage: float) -> float:
+    """The ceil((n + 1) * coverage)-th smallest of n validation scores."""
+    n = len(scores)
+    k = math.ceil((n + 1) * coverage - 1e-9)
+    if k > n:
+        raise UserError(f"serve.coverage={coverage} needs at least {needed_documents(coverage)} validation "
+                        f"documents for its prediction sets, and the model was calibrated on {n}: lower "
+                        "serve.coverage, or give validation more documents (split.validation).")
+    return float(np.sort(scores)[k - 1])
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """What the model carries (calibration.json): the temperature and the validation scores."""
+    temperature: float
+    scores: list[float]  # sorted LAC scores of the validation documents, at `temperature`
+    nll_before: float
+    nll_after: float
+
+    def apply(self, probs: np.ndarray) -> np.ndarray:
+        return softmax_t(probs, self.temperature)
+
+    def to_dict(self) -> dict:
+        return {"method": "temperature", "temperature": self.temperature, "documents": len(self.scores),
+                "nll_before": self.nll_before, "nll_after": self.nll_after, "scores": self.scores}
+
+
+def from_dict(data: dict, where: str) -> Calibration:
+    try:
+        return Calibration(temperature=float(data["temperature"]), scores=[float(s) for s in data["scores"]],
+                           nll_before=float(data["nll_before"]), nll_after=float(data["nll_after"]))
+    except (KeyError, TypeError, ValueError) as err:
+        raise UserError(f"{where}: its calibration is malformed ({err!r}); retrain the model "
+                        "(dvc repro train) or restore the file.") from None
+
+
+def save(calibration: Calibration, folder: str | Path) -> None:
+    Path(folder, CALIBRATION_FILE).write_text(json.dumps(calibration.to_dict(), indent=1))
+
+
+def load(folder: str | Path) -> Calibration | None:
+    """The folder's calibration, or None for a folder saved before models carried one (its
+    probabilities are served raw, and it says so once)."""
+    path = Path(folder, CALIBRATION_FILE)
+    if not path.is_file():
+        return no_calibration(folder)
+    return from_dict(json.loads(path.read_text()), str(path))
+
+
+def no_calibration(where: str | Path) -> None:
+    """A single-label model without a calibration, said once: served as before."""
+    log.warning("%s has no calibration (a model saved before models carried one, or train.calibration: "
+                "none): its probabilities are the raw softmax and it gives no prediction sets", where)
+
+
+@dataclass(frozen=True)
+class Review:
+    """What a served answer adds (serve.coverage, serve.review_below): a single-label model's
+    prediction set at `coverage` (labels with a calibrated probability >= `cut`), its size,
+    and needs_review: a set of other than one label, or a top probability (a multi-label
+    model's: its label set's) below `review_below`."""
+    coverage: float | None  # None: no sets, the flag from the probability alone
+    review_below: float
+    cut: float | None = None  # 1 - the conformal threshold
+
+    def flags(self, probability: np.ndarray, set_size: np.ndarray | None) -> np.ndarray:
+        flagged = np.asarray(probability) < self.review_below
+        return flagged if set_size is None else flagged | (set_size != 1)
+
+    def sets(self, probs: np.ndarray) -> np.ndarray:
+        """(N, C) calibrated probabilities -> (N, C) membership of each label in the set."""
+        return np.asarray(probs) >= self.cut
+
+    def to_config(self) -> dict:
+        return {"coverage": self.coverage, "review_below": self.review_below}
+
+
+def review_for(calibration: Calibration | None, coverage: float | None, review_below: float,
+               where: str) -> Review:
+    """serve.coverage and serve.review_below for a model with `calibration` (None: a
+    multi-label model, or one saved without: no sets, it says why)."""
+    if coverage is not None and not 0 < coverage < 1:
+        raise UserError(f"serve.coverage={coverage} must be in (0, 1): the share of answers whose "
+                        "prediction set holds the true label, e.g. 0.9.")
+    if not 0 <= review_below <= 1:
+        raise UserError(f"serve.review_below={review_below} must be in [0, 1]: a top probability under "
+                        "it flags the answer needs_review (0: never for that reason).")
+    if coverage is None or calibration is None:
+        if coverage is not None:
+            log.warning("%s has no calibration: no prediction sets at serve.coverage=%s", where, coverage)
+        return Review(coverage=None, review_below=review_below)
+    return Review(coverage=coverage, review_below=review_below,
+                  cut=1.0 - conformal_threshold(np.asarray(calibration.scores), coverage))
