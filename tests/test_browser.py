@@ -54,7 +54,8 @@ def test_report_html_shows_its_figures(reproduced, browser):
     for heading in ("Test accuracy", "Most confident mistakes", "Calibration", "Params and lineage"):
         assert heading in body
     widths = browser.execute_script("return [...document.images].map(i => i.naturalWidth)")
-    assert len(widths) == 4 and min(widths) > 100  # token lengths, curves, confusion, reliability
+    # token lengths, curves, confusion, reliability before and after the temperature, coverage-accuracy curve
+    assert len(widths) == 6 and min(widths) > 100
     height = browser.execute_script("return document.body.scrollHeight")
     browser.set_window_size(1200, height)
     browser.save_screenshot(str(SHOTS / "report.png"))

@@ -181,8 +181,10 @@ def test_every_served_form_answers_label_lists_with_a_probability_per_label(tiny
     onnx_frame = OnnxPredictor(folder / "export").predict(texts)
     metrics = json.loads((folder / "metrics.json").read_text())
     served = mlflow.pyfunc.load_model(metrics["serving"]["model_uri"]).predict(pd.DataFrame({"text": texts}))
+    columns = ["labels", "label", "probability"] + [f"prob_{label}" for label in LABELS]
+    assert list(served.columns) == columns + ["needs_review"]  # served with serve.review_below
     for frame in (torch_frame, onnx_frame, served):
-        assert list(frame.columns) == ["labels", "label", "probability"] + [f"prob_{label}" for label in LABELS]
+        assert list(frame.columns[:len(columns)]) == columns
         assert all(isinstance(labels, (list, np.ndarray)) for labels in frame["labels"])
         assert frame["label"].tolist() == [json.dumps(sorted(labels)) for labels in frame["labels"]]
     assert onnx_frame["label"].tolist() == torch_frame["label"].tolist() == served["label"].tolist()

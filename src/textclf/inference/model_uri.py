@@ -55,4 +55,4 @@ def served_folder(model: str) -> tuple[Path, dict]:
     flavor = yaml.safe_load((local / "MLmodel").read_text())["flavors"]["python_function"]
     artifacts = flavor["artifacts"]
     folder = local / artifacts["onnx_dir" if "onnx_dir" in artifacts else "model_dir"]["path"]
-    return folder, flavor.get("model_config") or {}
+    return folder, flavor.get("config") or {}  # mlflow.pyfunc writes model_config as `config`
