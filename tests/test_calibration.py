@@ -1,0 +1,164 @@
+"""Calibration (issue 41): the temperature fitted on validation, split-conformal prediction
+sets and the review flag, the same from every predictor (docs/calibration.md)."""
+from __future__ import annotations
+
+import io
+import json
+import logging
+import shutil
+
+import mlflow
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from scipy.stats import binom
+
+from textclf import predict
+from textclf.common import UserError
+from textclf.config import ServeParams
+from textclf.inference.loading import load_predictor
+from textclf.inference.onnx_predictor import OnnxPredictor
+from textclf.inference.predictor import Predictor
+from textclf.model.calibration import (CALIBRATION_FILE, conformal_threshold, lac_scores, needed_documents,
+                                       review_for, softmax_t)
+from textclf.model.checksums import write_checksums
+from textclf.train.temperature import fit, fit_temperature
+
+TEXTS = ["The striker scored twice in the cup final.", "Shares fell after the bank's results.",
+         "The minister defended the budget in parliament.", "A new phone chip doubles battery life."]
+
+
+def synthetic(n: int, classes: int, seed: int, sharp: float = 3.0) -> tuple[np.ndarray, np.ndarray]:
+    """(n, C) over-confident probabilities and labels drawn from the true (softer) ones."""
+    rng = np.random.default_rng(seed)
+    logits = rng.normal(size=(n, classes)) * sharp  # (n, C)
+    true = np.exp(logits / 2) / np.exp(logits / 2).sum(axis=1, keepdims=True)
+    y = np.array([rng.choice(classes, p=p) for p in true])
+    return np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True), y
+
+
+def test_the_temperature_is_the_reference_fit_on_the_same_logits():
+    """Guo et al.'s recipe (LBFGS on the NLL of logits / T, in torch) finds the same T."""
+    probs, y = synthetic(400, 5, seed=0)
+    logits = torch.tensor(np.log(probs), dtype=torch.float64)
+    t = torch.ones(1, dtype=torch.float64, requires_grad=True)
+    opt = torch.optim.LBFGS([t], lr=0.1, max_iter=500, tolerance_grad=1e-12, tolerance_change=1e-14)
+
+    def closure():
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(logits / t, torch.tensor(y))
+        loss.backward()
+        return loss
+    opt.step(closure)
+    assert fit_temperature(probs, y) == pytest.approx(t.item(), rel=1e-3)
+    assert fit_temperature(probs, y) > 1.5  # over-confident by construction: T about 2
+
+
+def test_a_temperature_keeps_the_labels_and_lowers_the_validation_nll():
+    probs, y = synthetic(300, 4, seed=1)
+    calibration = fit(probs, y)
+    assert calibration.nll_after < calibration.nll_before
+    assert (calibration.apply(probs).argmax(axis=1) == probs.argmax(axis=1)).all()
+    assert calibration.scores == sorted(calibration.scores) and len(calibration.scores) == 300
+
+
+def test_conformal_sets_reach_their_coverage_over_many_seeds():
+    """Exchangeable calibration and test draws: over 200 seeds each seed's coverage is inside
+    its binomial 99.9 % interval but for a few, and the mean within a point of 1 - alpha."""
+    coverage, n_test, seen, outside = 0.9, 500, [], 0
+    for seed in range(200):
+        probs, y = synthetic(300 + n_test, 6, seed=seed + 100)
+        cut = 1 - conformal_threshold(lac_scores(probs[:300], y[:300]), coverage)
+        hit = (probs[300:][np.arange(n_test), y[300:]] >= cut).mean()
+        low, high = binom.interval(0.999, n_test, coverage)
+        outside += not low / n_test - 0.01 <= hit <= high / n_test + 0.01  # the 300 draws add spread
+        seen.append(hit)
+    assert abs(np.mean(seen) - coverage) < 0.01 and np.mean(seen) >= coverage - 0.005
+    assert outside <= 4
+
+
+def test_the_sets_are_crepes_sets_on_the_same_scores():
+    from crepes import ConformalClassifier
+    from crepes.extras import hinge
+
+    probs, y = synthetic(800, 5, seed=7)
+    cal, test = probs[:300], probs[300:]
+    classes = np.arange(5)
+    crepes = ConformalClassifier().fit(hinge(cal, classes, y[:300]))
+    for coverage in (0.8, 0.9, 0.95):
+        theirs = crepes.predict_set(hinge(test), confidence=coverage, smoothing=False).astype(bool)  # (N, C)
+        review = review_for(fit(cal, y[:300]).__class__(temperature=1.0, scores=sorted(lac_scores(cal, y[:300])),
+                                                        nll_before=0, nll_after=0), coverage, 0.0, "synthetic")
+        assert (review.sets(test) == theirs).all(), coverage
+
+
+def test_a_validation_split_too_small_for_the_coverage_is_one_line():
+    assert needed_documents(0.9) == 9 and needed_documents(0.95) == 19
+    conformal_threshold(np.linspace(0, 1, 9), 0.9)  # enough
+    with pytest.raises(UserError, match=r"serve.coverage=0.95 needs at least 19 validation documents .* on 9"):
+        conformal_threshold(np.linspace(0, 1, 9), 0.95)
+
+
+@pytest.mark.parametrize("coverage", [0.0, 1.0, 1.5, -0.1])
+def test_serve_coverage_outside_0_1_is_refused(coverage):
+    with pytest.raises(UserError, match=r"serve.coverage=.* out of range: it must be in \(0, 1\)"):
+        ServeParams(coverage=coverage)
+    with pytest.raises(UserError, match=r"serve.coverage=.* must be in \(0, 1\)"):
+        review_for(None, coverage, 0.5, "x")
+
+
+def test_softmax_at_temperature_one_is_the_identity():
+    probs, _ = synthetic(50, 3, seed=2)
+    assert np.allclose(softmax_t(probs, 1.0), probs)
+
+
+def test_every_predictor_answers_the_same_calibrated_probabilities_sets_and_flags(tiny_trained, tmp_path,
+                                                                                 monkeypatch, capsys):
+    """PyTorch, ONNX (float32: the tiny model's int8 is not the point), the served pyfunc (its
+    model_config from evaluate), the CLI and --table: one set of numbers."""
+    folder, run = tiny_trained
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", run["tracking_uri"])
+    mlflow.set_tracking_uri(run["tracking_uri"])  # the fixture's store (conftest restores it)
+    metrics = json.loads((folder / "metrics.json").read_text())
+    torch_pred, onnx_pred = Predictor(folder / "model"), OnnxPredictor(folder / "export")
+    assert torch_pred.calibration is not None and onnx_pred.calibration == torch_pred.calibration
+    for p in (torch_pred, onnx_pred):
+        p.set_review(ServeParams.coverage, ServeParams.review_below)
+    expected = torch_pred.predict(TEXTS)
+    assert {"labels", "set_size", "needs_review"} <= set(expected.columns)
+    assert (expected["set_size"] == expected["labels"].map(len)).all()
+    raw = softmax_t(torch_pred.predict_proba(TEXTS), 1 / torch_pred.calibration.temperature)  # undone
+    assert not np.allclose(raw, expected.filter(like="prob_").to_numpy())  # T = 1 would test nothing
+    served = mlflow.pyfunc.load_model(metrics["serving"]["model_uri"]).predict(pd.DataFrame({"text": TEXTS}))
+    for got in (onnx_pred.predict(TEXTS), served, load_predictor(metrics["serving"]["model_uri"]).predict(TEXTS)):
+        assert np.abs(got.filter(like="prob_").to_numpy() - expected.filter(like="prob_").to_numpy()).max() < 1e-4
+        assert [list(s) for s in got["labels"]] == [list(s) for s in expected["labels"]]
+        assert got["needs_review"].tolist() == expected["needs_review"].tolist()
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(("\n".join(TEXTS) + "\n").encode())))
+    predict.main([str(folder / "model"), "--coverage", "0.9", "--review-below", "0.5"])
+    lines = [line.split("\t") for line in capsys.readouterr().out.splitlines()]
+    assert [json.loads(cells[3]) for cells in lines] == [list(s) for s in expected["labels"]]
+    assert [cells[4] == "true" for cells in lines] == expected["needs_review"].tolist()
+    pd.DataFrame({"text": TEXTS + [None]}).to_parquet(tmp_path / "in.parquet")
+    predict.main([metrics["serving"]["model_uri"], "--table", str(tmp_path / "in.parquet"),
+                  "--out", str(tmp_path / "out.parquet")])
+    table = pd.read_parquet(tmp_path / "out.parquet")
+    assert table["needs_review"].iloc[:4].tolist() == expected["needs_review"].tolist()
+    assert pd.isna(table["needs_review"].iloc[4]) and table["skip_reason"].iloc[4] == "missing_text"
+
+
+def test_a_model_saved_before_calibration_is_served_as_before_saying_so(tiny_trained, tmp_path, caplog):
+    folder, _ = tiny_trained
+    shutil.copytree(folder / "model", tmp_path / "model")
+    (tmp_path / "model" / CALIBRATION_FILE).unlink()
+    write_checksums(tmp_path / "model")  # a folder saved so, not one damaged since
+    with caplog.at_level(logging.WARNING):
+        old = Predictor(tmp_path / "model")
+        old.set_review(0.9, 0.5)
+    assert old.calibration is None and "has no calibration" in caplog.text
+    assert "no prediction sets at serve.coverage=0.9" in caplog.text
+    frame = old.predict(TEXTS)
+    assert "labels" not in frame.columns and "needs_review" in frame.columns
+    raw = Predictor(folder / "model")
+    assert not np.allclose(frame.filter(like="prob_").to_numpy(), raw.predict(TEXTS).filter(like="prob_").to_numpy())
