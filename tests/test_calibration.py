@@ -162,3 +162,12 @@ def test_a_model_saved_before_calibration_is_served_as_before_saying_so(tiny_tra
     assert "labels" not in frame.columns and "needs_review" in frame.columns
     raw = Predictor(folder / "model")
     assert not np.allclose(frame.filter(like="prob_").to_numpy(), raw.predict(TEXTS).filter(like="prob_").to_numpy())
+
+
+def test_a_temperature_at_its_limit_says_the_probabilities_carry_little(caplog):
+    """Labels unrelated to the probabilities: the fit runs to its upper limit, and says so."""
+    probs, _ = synthetic(3000, 5, seed=3)
+    y = np.random.default_rng(4).integers(0, 5, 3000)
+    with caplog.at_level(logging.WARNING):
+        calibration = fit(probs, y)
+    assert calibration.temperature > 19 and "is at its limit" in caplog.text

@@ -12,14 +12,16 @@ from textclf.model.calibration import Calibration, lac_scores, nll, softmax_t
 
 log = logging.getLogger(__name__)
 
+LOW, HIGH = 0.05, 20.0  # the temperatures searched: beyond them a softmax is one-hot or uniform
+
 
 def fit_temperature(probs: np.ndarray, y: np.ndarray) -> float:
-    """The T in [0.05, 20] of the lowest validation NLL (bounded Brent on log T: the NLL is
+    """The T in [LOW, HIGH] of the lowest validation NLL (bounded Brent on log T: the NLL is
     convex in 1/T)."""
     from scipy.optimize import minimize_scalar
 
     found = minimize_scalar(lambda log_t: nll(softmax_t(probs, math.exp(log_t)), y),
-                            bounds=(math.log(0.05), math.log(20.0)), method="bounded",
+                            bounds=(math.log(LOW), math.log(HIGH)), method="bounded",
                             options={"xatol": 1e-6})
     return float(math.exp(found.x))
 
@@ -34,4 +36,8 @@ def fit(probs: np.ndarray, y: np.ndarray) -> Calibration:
                       nll_after=round(nll(calibrated, y), 6))
     log.info("temperature %.4f fitted on %d validation documents: NLL %.4f -> %.4f", t, len(y),
              out.nll_before, out.nll_after)
+    if not LOW * 1.01 < t < HIGH / 1.01:  # the fit wanted further: the probabilities say little
+        log.warning("the temperature %.4f is at its limit [%g, %g]: on these %d validation documents the "
+                    "model's probabilities carry almost no information (too few documents, or an "
+                    "undertrained model); the report compares test ECE before and after", t, LOW, HIGH, len(y))
     return out
