@@ -171,3 +171,13 @@ def test_a_temperature_at_its_limit_says_the_probabilities_carry_little(caplog):
     with caplog.at_level(logging.WARNING):
         calibration = fit(probs, y)
     assert calibration.temperature > 19 and "is at its limit" in caplog.text
+
+
+def test_a_validation_split_predicted_all_right_keeps_the_raw_softmax(caplog):
+    """Separable validation (the demo's 13 documents): no finite temperature minimises the NLL,
+    and the limit would serve probability 1 everywhere; T stays 1, saying why."""
+    probs, _ = synthetic(40, 4, seed=5)
+    with caplog.at_level(logging.WARNING):
+        calibration = fit(probs, probs.argmax(axis=1))
+    assert calibration.temperature == 1.0 and "no temperature can be fitted" in caplog.text
+    assert np.allclose(calibration.apply(probs), probs)

@@ -29,7 +29,15 @@ def fit_temperature(probs: np.ndarray, y: np.ndarray) -> float:
 def fit(probs: np.ndarray, y: np.ndarray) -> Calibration:
     """(N, C) validation probabilities of the kept weights and (N,) given classes -> Calibration."""
     y = np.asarray(y)
-    t = round(fit_temperature(probs, y), 6)  # as saved
+    if (probs.argmax(axis=1) == y).all():
+        # every document right: the NLL falls as T -> 0 with no minimum, and the fit would make
+        # every probability 1 on the evidence of a few documents
+        log.warning("every one of the %d validation documents is predicted right, so no temperature can be "
+                    "fitted (it would make every probability 1): the raw softmax is kept (temperature 1); "
+                    "the prediction sets are cut from it", len(y))
+        t = 1.0
+    else:
+        t = round(fit_temperature(probs, y), 6)  # as saved
     calibrated = softmax_t(probs, t)
     scores = np.sort(lac_scores(calibrated, y)).round(8)
     out = Calibration(temperature=t, scores=scores.tolist(), nll_before=round(nll(probs, y), 6),
