@@ -72,6 +72,8 @@ class Calibration:
     nll_after: float
 
     def apply(self, probs: np.ndarray) -> np.ndarray:
+        if self.temperature == 1.0:  # kept raw (validation all right): the very numbers, not a float round trip
+            return probs
         return softmax_t(probs, self.temperature)
 
     def to_dict(self) -> dict:
