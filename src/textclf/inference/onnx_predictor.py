@@ -13,7 +13,7 @@ from textclf.common import UserError, positive_int_env
 from textclf.data.tokenizing import RustTokenizer, encode_texts
 from textclf.inference.frames import answered_frame, check_texts, sorted_batches
 from textclf.inference.pooling import pool_logits
-from textclf.model.calibration import from_dict, no_calibration, review_for
+from textclf.model.calibration import Calibration, Review, from_dict, no_calibration, review_for
 from textclf.model.checksums import how_to_restore, verify_folder
 from textclf.model.exported import EXPORT_FILE, TOKENIZER_FILE, read_export
 
@@ -76,11 +76,13 @@ class OnnxPredictor:
         self.thresholds = np.asarray(meta["thresholds"]) if meta.get("task") == "multilabel" else None
         self.activation = softmax if self.thresholds is None else sigmoid
         # single-label: the model folder's temperature, carried in export.json (None: exported before)
-        self.calibration = None
-        if self.thresholds is None:
-            self.calibration = from_dict(meta["calibration"], str(export_dir / EXPORT_FILE)) if "calibration" in meta \
-                else no_calibration(export_dir)
-        self.review, self.where = None, str(export_dir)
+        self.calibration: Calibration | None = None
+        if self.thresholds is None and "calibration" in meta:
+            self.calibration = from_dict(meta["calibration"], str(export_dir / EXPORT_FILE))
+        elif self.thresholds is None:
+            no_calibration(export_dir)
+        self.review: Review | None = None
+        self.where = str(export_dir)
         self.tokenizer = RustTokenizer(export_dir / TOKENIZER_FILE)
         self.session = session(export_dir / meta["file"])
         self.batch_size = batch_size

@@ -13,7 +13,7 @@ from textclf.data.tokenizing import encode_texts
 from textclf.inference.frames import answered_frame, check_texts
 from textclf.inference.proba import inference_device, predict_proba
 from textclf.common import UserError
-from textclf.model.calibration import load as load_calibration, review_for
+from textclf.model.calibration import Review, load as load_calibration, review_for
 from textclf.model.modeling import (folder_params, is_multilabel_model, load_classifier, load_thresholds,
                                     load_tokenizer, pad_id)
 
@@ -38,7 +38,8 @@ class Predictor:
         self.thresholds = load_thresholds(model_dir, self.labels) if is_multilabel_model(self.model) else None
         # single-label: the temperature fitted on validation (None: saved before models had one)
         self.calibration = None if self.thresholds is not None else load_calibration(model_dir)
-        self.review, self.where = None, str(model_dir)
+        self.review: Review | None = None
+        self.where = str(model_dir)
         self.batch_size = batch_size
         self.device, self.mixed = inference_device()
         self.model.to(self.device)

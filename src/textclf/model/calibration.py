@@ -99,7 +99,8 @@ def load(folder: str | Path) -> Calibration | None:
     probabilities are served raw, and it says so once)."""
     path = Path(folder, CALIBRATION_FILE)
     if not path.is_file():
-        return no_calibration(folder)
+        no_calibration(folder)
+        return None
     return from_dict(json.loads(path.read_text()), str(path))
 
 
