@@ -104,8 +104,9 @@ def test_a_validation_split_too_small_for_the_coverage_is_one_line():
 def test_serve_coverage_outside_0_1_is_refused(coverage):
     with pytest.raises(UserError, match=r"serve.coverage=.* out of range: it must be in \(0, 1\)"):
         ServeParams(coverage=coverage)
-    with pytest.raises(UserError, match=r"serve.coverage=.* must be in \(0, 1\)"):
-        review_for(None, coverage, 0.5, "x")
+    for multilabel in (False, True):  # a multi-label model has no sets, yet a wrong value is named
+        with pytest.raises(UserError, match=r"serve.coverage=.* must be in \(0, 1\)"):
+            review_for(None, coverage, 0.5, "x", multilabel=multilabel)
 
 
 def test_softmax_at_temperature_one_is_the_identity():

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from textclf.common import atomic_path, read_json, umask, write_json, write_parquet
+from textclf.common import LAUNCH_ID, atomic_path, read_json, umask, write_json, write_parquet
 
 from conftest import REPO
 
@@ -30,10 +30,10 @@ run_stage(main)
 """
 
 
-def loop(step_seconds: float) -> subprocess.Popen:
+def loop(step_seconds: float, **env: str) -> subprocess.Popen:
     proc = subprocess.Popen([sys.executable, "-c", LOOP, str(step_seconds)], text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+                            env={**os.environ, "PYTHONPATH": str(REPO / "src"), **env})
     assert proc.stdout.readline().strip() == "step 1 start"
     return proc
 
@@ -46,6 +46,16 @@ def test_a_signal_stops_at_the_next_safe_point(sig):
     assert proc.returncode == 128 + sig
     assert out.splitlines()[-1] == "step 1 done"
     assert f"interrupted by {signal.Signals(sig).name}" in err and "Traceback" not in err
+
+
+def test_a_rank_of_a_launch_warns_and_leaves_the_one_error_line_to_its_launcher():
+    """torchrun's SIGTERM to the ranks left after one failed: each warns; the launcher alone
+    logs the run's ERROR line (CI once saw two, when rank 0 was stopped between safe points)."""
+    proc = loop(0.5, **{LAUNCH_ID: "a-launch"})
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 128 + signal.SIGTERM
+    assert " WARNING interrupted by SIGTERM" in err and " ERROR " not in err
 
 
 def test_a_second_signal_stops_at_once():

@@ -299,6 +299,7 @@ class UserError(ValueError):
 
 
 DEBUG_ENV = "TEXTCLF_DEBUG"  # =1: user errors keep their traceback too
+LAUNCH_ID = "TEXTCLF_LAUNCH_ID"  # set in the ranks of a multi-process launch: the launcher's run id
 
 
 def _store_error(err: BaseException) -> bool:
@@ -345,7 +346,10 @@ def _exit_status(err: BaseException) -> int:
     """Log what ended a stage in one line and return its exit status; re-raise a bug (and a
     SystemExit of main's own, argparse's for one)."""
     if isinstance(err, Interrupted):
-        log.error("interrupted by %s; rerun the same command (or `dvc repro`) to resume", err)
+        # a rank stopped by its launcher (torchrun's SIGTERM after another rank failed, or the
+        # user's signal passed on) only warns: the launcher says the run's one error line
+        say = log.warning if os.environ.get(LAUNCH_ID) else log.error
+        say("interrupted by %s; rerun the same command (or `dvc repro`) to resume", err)
         return 128 + err.signum
     if not isinstance(err, Exception) or not expected(err):
         raise err

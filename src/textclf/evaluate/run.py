@@ -161,7 +161,7 @@ def score_test(paths: EvaluatePaths, params, model, labels: list[str], threshold
     truth = y_true if thresholds is None else np.asarray(label_sets(y_true, labels))
     serving = check_export(paths.export, test.input_ids, truth, probs, labels, params.serve, cfg, test.owner, answer)
     if thresholds is not None:
-        review = review_for(None, None, params.serve.review_below, paths.model_dir)
+        review = review_for(None, params.serve.coverage, params.serve.review_below, paths.model_dir, multilabel=True)
         return (*multilabel_results(test.doc_ids or [], y_true, probs, thresholds, labels, review), serving)
     found = load_calibration(paths.model_dir)  # None: a folder from before, or train.calibration none
     served = probs if found is None else found.apply(probs)

@@ -56,8 +56,8 @@ class Predictor:
 
     def set_review(self, coverage: float | None, review_below: float) -> None:
         """Answer with prediction sets at `coverage` and the needs_review flag (serve.*)."""
-        multilabel = self.thresholds is not None  # its answer is a set already: the flag alone
-        self.review = review_for(self.calibration, None if multilabel else coverage, review_below, self.where)
+        self.review = review_for(self.calibration, coverage, review_below, self.where,
+                                 multilabel=self.thresholds is not None)
 
     def predict(self, texts: list[str]) -> pd.DataFrame:
         return answered_frame(self.predict_proba(list(texts)), self.labels, self.thresholds, self.review)

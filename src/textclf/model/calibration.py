@@ -133,15 +133,18 @@ class Review:
 
 
 def review_for(calibration: Calibration | None, coverage: float | None, review_below: float,
-               where: str) -> Review:
-    """serve.coverage and serve.review_below for a model with `calibration` (None: a
-    multi-label model, or one saved without: no sets, it says why)."""
+               where: str, multilabel: bool = False) -> Review:
+    """serve.coverage and serve.review_below for a model with `calibration` (None: one saved
+    without: no sets, it says why). A multi-label model's answer is a set already: the flag
+    alone, and its serve.coverage is still checked."""
     if coverage is not None and not 0 < coverage < 1:
         raise UserError(f"serve.coverage={coverage} must be in (0, 1): the share of answers whose "
                         "prediction set holds the true label, e.g. 0.9.")
     if not 0 <= review_below <= 1:
         raise UserError(f"serve.review_below={review_below} must be in [0, 1]: a top probability under "
                         "it flags the answer needs_review (0: never for that reason).")
+    if multilabel:
+        return Review(coverage=None, review_below=review_below)
     if coverage is None or calibration is None:
         if coverage is not None:
             log.warning("%s has no calibration: no prediction sets at serve.coverage=%s", where, coverage)

@@ -17,7 +17,7 @@ from pathlib import Path
 import mlflow
 from mlflow.tracking import MlflowClient
 
-from textclf.common import file_md5, proc_stat
+from textclf.common import LAUNCH_ID, file_md5, proc_stat
 
 log = logging.getLogger(__name__)
 EXPERIMENT = os.environ.get("MLFLOW_EXPERIMENT_NAME", "textclf")
@@ -105,8 +105,8 @@ def process_tags() -> dict[str, str]:
     pid = os.getpid()
     tags = {HOST_TAG: socket.gethostname(), MACHINE_TAG: machine_id(), PID_TAG: str(pid),
             START_TAG: _process_start(pid)}
-    if os.environ.get("TEXTCLF_LAUNCH_ID"):
-        tags["textclf.launch_id"] = os.environ["TEXTCLF_LAUNCH_ID"]
+    if os.environ.get(LAUNCH_ID):  # lets the launcher find the run its rank 0 opened
+        tags["textclf.launch_id"] = os.environ[LAUNCH_ID]
     return tags
 
 

@@ -37,8 +37,8 @@ from typing import NamedTuple
 import yaml
 
 from textclf.config import load_params
-from textclf.common import (DEBUG_ENV, Interrupted, UserError, die_with_parent, expected, one_line, run_stage,
-                        setup_logging)
+from textclf.common import (DEBUG_ENV, LAUNCH_ID, Interrupted, UserError, die_with_parent, expected, one_line,
+                            run_stage, setup_logging)
 from textclf.model_source import resolve_model_name
 from textclf.train.paths import TrainInputs, TrainPaths, stage_inputs
 
@@ -67,9 +67,6 @@ def forbid_tracking() -> None:
     MLflow call there fails loudly on this URI instead of writing."""
     os.environ["MLFLOW_TRACKING_URI"] = f"rank-{rank()}-never-tracks:///"
     logging.getLogger().setLevel(logging.WARNING)  # rank 0 logs for everyone
-
-
-LAUNCH_ID = "TEXTCLF_LAUNCH_ID"  # lets the launcher find the run its rank 0 opened
 
 
 def torchrun_args(cfg, node_rank: int = 0) -> list[str]:
