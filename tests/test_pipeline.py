@@ -12,8 +12,9 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from textclf.multiseed import seed_row, table
-from textclf.tracking.dvc_exps import experiments
+from textclf.evaluate.pooled import pooled_comparison
+from textclf.multiseed import experiment_outcomes, seed_row, table
+from textclf.tracking.dvc_exps import experiments, revisions
 
 from conftest import GIT_ENV, REPO, copy_repo, copy_reproduced, dvc, git, write_params
 
@@ -121,9 +122,9 @@ def pyfunc_predict(repo: Path, model_uri: str, texts: list[str]) -> pd.DataFrame
 
 
 @pytest.mark.slow
-def test_every_head_through_dvc_experiments(tmp_path):
+def test_every_head_through_dvc_experiments(tmp_path, monkeypatch):
     """`dvc exp run -S model.head=...` for each head; `dvc exp show` has head, lr and guards;
-    each head's logged pyfunc loads and predicts."""
+    each head's logged pyfunc loads and predicts; multiseed's table and pooled test over them."""
     repo = copy_repo(tmp_path / "repo")
     write_params(repo / "params.yaml", tokenize={"max_length": 64}, train={"epochs": 1})
     subprocess.run(["git", "commit", "-qam", "tiny"], cwd=repo, check=True, env={**os.environ, **GIT_ENV})
@@ -150,6 +151,11 @@ def test_every_head_through_dvc_experiments(tmp_path):
     assert [r["errors"] for r in rows] == [round(m["n_test"] * (1 - m["accuracy"])) for m in exps.values()]
     assert {r["verdict"] for r in rows} <= {"better", "worse", "no significant difference"}
     assert f"| mean ± sd | | {sum(r['accuracy'] for r in rows) / 3 * 100:.2f} ± " in table(rows)
+    monkeypatch.chdir(repo)  # each experiment's predictions, from its commit and the DVC cache
+    pooled = pooled_comparison([experiment_outcomes(rev["rev"]) for rev in revisions(shown).values()])
+    assert pooled["pairs"] == sum(m["n_test"] for m in exps.values())
+    assert pooled["model_only"] == sum(m["comparison"]["model_only"] for m in exps.values())
+    assert pooled["baseline_only"] == sum(m["comparison"]["baseline_only"] for m in exps.values())
 
 
 def test_a_bad_input_is_one_clear_line_not_a_traceback(tmp_path):

@@ -183,6 +183,10 @@ class TrainParams(Section):
     calibration: Literal["temperature", "none"] = "temperature"
     # the silent_class guard judges a class with at least this many validation documents
     silent_class_support: int = ranged(3, 1)
+    # finetune: cross-entropy, epoch after epoch; setfit: few-shot, SetFit's method (docs/few_shot.md):
+    # the encoder tuned on pairs of documents for `epochs` passes, then a logistic-regression head
+    method: Literal["finetune", "setfit"] = "finetune"
+    setfit_iterations: int = ranged(20, 1)  # setfit: rounds of pairs; each pairs every document twice
 
     def check(self) -> None:
         if self.batch_size % (self.processes * self.nodes):
@@ -191,6 +195,9 @@ class TrainParams(Section):
                             f"train.nodes={self.nodes}: make it a multiple of processes × nodes.")
         if self.nodes > 1:
             _check_endpoint(self.rdzv_endpoint)
+        if self.method == "setfit" and self.processes * self.nodes > 1:
+            raise UserError("params.yaml: train.method=setfit trains in one process (minutes on tens of "
+                            "documents per class): set train.processes: 1 and train.nodes: 1.")
 
 
 def _check_endpoint(value: str) -> None:

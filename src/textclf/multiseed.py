@@ -6,7 +6,9 @@
 Each seed s runs the whole pipeline with split.seed=s (`dvc exp run --queue`, then
 `dvc queue start`), so model and baseline see the same test documents per seed. The table
 gives, per seed, both systems' accuracy, macro-F1 and errors; then mean ± sd, and the paired
-difference (model - baseline accuracy) with a 95 % t-interval over the seeds.
+difference (model - baseline accuracy) with a 95 % t-interval over the seeds; then one paired
+test over every test document of every seed (textclf.evaluate.pooled), read from each
+experiment's test and baseline predictions in the DVC cache.
 """
 from __future__ import annotations
 
@@ -18,7 +20,8 @@ import os
 import statistics
 
 from textclf.common import run_stage
-from textclf.tracking.dvc_exps import dvc, experiments, queue, run_queued
+from textclf.evaluate.pooled import pooled_comparison, pooled_lines, seed_outcomes
+from textclf.tracking.dvc_exps import dvc, experiments, queue, revisions, run_queued
 
 log = logging.getLogger("multiseed")
 
@@ -84,6 +87,23 @@ def read_preset(path: str | None) -> list[str]:
     return [line for line in lines if line]
 
 
+PREDICTIONS = ("data/processed/test_predictions.parquet", "data/processed/baseline_predictions.parquet")
+
+
+def experiment_outcomes(rev: str):
+    """An experiment's per-document test outcomes, model and baseline, from its commit `rev`."""
+    import io
+
+    import dvc.api
+    import pandas as pd
+
+    frames = []
+    for path in PREDICTIONS:
+        with dvc.api.open(path, rev=rev, mode="rb") as fh:
+            frames.append(pd.read_parquet(io.BytesIO(fh.read())))
+    return seed_outcomes(*frames)
+
+
 def queue_and_wait(names: dict[int, str], overrides: list[str], jobs: int) -> None:
     for seed, name in names.items():
         queue(name, [f"split.seed={seed}", *overrides])
@@ -117,17 +137,20 @@ def main(argv: list[str] | None = None) -> None:
         queue_and_wait(names, overrides, args.jobs)
     # --all-commits: queued experiments hang off the commit they were queued on, which a later
     # commit leaves behind; `dvc exp show` alone lists only those of the current one
-    exps = experiments(json.loads(dvc("exp", "show", "--json", "--all-commits")))
+    shown = json.loads(dvc("exp", "show", "--json", "--all-commits"))
+    exps = experiments(shown)
     missing = [n for n in names.values() if n not in exps]
     if missing:
         raise SystemExit(f"no finished experiment named {', '.join(missing)} in `dvc exp show`; "
                          "run them first (drop --summarize).")
     rows = [seed_row(seed, exps[name]) for seed, name in names.items()]
-    log.info("%s: %d split seeds, experiments %s-s*\n%s", datetime.date.today(), len(rows), args.name,
-             table(rows))
+    revs = revisions(shown)
+    pooled = pooled_comparison([experiment_outcomes(revs[name]["rev"]) for name in names.values()])
+    log.info("%s: %d split seeds, experiments %s-s*\n%s\n\n%s", datetime.date.today(), len(rows), args.name,
+             table(rows), pooled_lines(pooled))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump(rows, fh, indent=1)
+            json.dump({"seeds": rows, "pooled": pooled}, fh, indent=1)
 
 
 if __name__ == "__main__":

@@ -57,10 +57,10 @@ def predict_proba(model: nn.Module, input_ids: list[list[int]], batch_size: int,
     (model.chunk_pooling) -> (documents, C)."""
     activation = activate_sigmoid if multilabel else activate_softmax
     if owner is not None:
-        pooled = pool_logits(_rows(model, input_ids, batch_size, pad_id, device, mixed, None),
+        pooled = pool_logits(row_outputs(model, input_ids, batch_size, pad_id, device, mixed, None),
                              owner, pooling)
         return activation(torch.from_numpy(pooled)).numpy()
-    return _rows(model, input_ids, batch_size, pad_id, device, mixed, activation)
+    return row_outputs(model, input_ids, batch_size, pad_id, device, mixed, activation)
 
 
 def activate_softmax(logits: torch.Tensor) -> torch.Tensor:
@@ -71,8 +71,9 @@ def activate_sigmoid(logits: torch.Tensor) -> torch.Tensor:
     return torch.sigmoid(logits)
 
 
-def _rows(model: nn.Module, input_ids: list[list[int]], batch_size: int, pad_id: int,
-          device: torch.device, mixed: str, activation) -> np.ndarray:
+@torch.inference_mode()
+def row_outputs(model: nn.Module, input_ids: list[list[int]], batch_size: int, pad_id: int,
+                device: torch.device, mixed: str, activation) -> np.ndarray:
     """(N, C) probabilities (`activation` of the float32 logits) or, with None, the logits of
     every row, in input order."""
     was_training = model.training

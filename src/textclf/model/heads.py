@@ -52,15 +52,18 @@ class PooledClassifier(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.classifier = nn.Linear(encoder.config.hidden_size, num_labels)
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    def embed(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """The pooled vector the linear layer reads (B, H); mean: a sentence-transformer's
+        embedding (before its normalisation), what train.method setfit tunes."""
         out = self.encoder(input_ids=input_ids, attention_mask=attention_mask)
         if self.pooling == "pooler":
-            x = out.pooler_output  # (B, H): tanh(W h_cls), as BertForSequenceClassification
-        elif self.pooling == "cls":
-            x = out.last_hidden_state[:, 0]  # (B, H)
-        else:
-            x = masked_mean(out.last_hidden_state, attention_mask)  # (B, H)
-        return self.classifier(self.dropout(x))  # (B, C)
+            return out.pooler_output  # (B, H): tanh(W h_cls), as BertForSequenceClassification
+        if self.pooling == "cls":
+            return out.last_hidden_state[:, 0]  # (B, H)
+        return masked_mean(out.last_hidden_state, attention_mask)  # (B, H)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.dropout(self.embed(input_ids, attention_mask)))  # (B, C)
 
 
 class TextCNNClassifier(nn.Module):

@@ -37,6 +37,7 @@ from textclf.train.launch import (RDZV_FAILED, check_same_inputs, failures_to_la
                                   launch, rank)
 from textclf.train.loop import Callbacks, TrainJob, fit, make_accelerator
 from textclf.train.selection import EpochSelector
+from textclf.train.setfit import check_setfit, fit_setfit
 from textclf.train.paths import TrainInputs, TrainPaths
 from textclf.train.targets import calibrate, loss_weights, tuned_thresholds, validation_proba, write_validation
 from textclf.train.records import EpochLogger, GuardBook, NoTracking, RunLog, Tracker
@@ -190,7 +191,7 @@ def train(job: Training) -> Trained:
                         checkpointer=job.checkpointer, selector=selector, class_weight=loss_weights(job),
                         chunk_pooling=job.params.model.chunk_pooling)
     with deferred_interrupts():  # SIGINT/SIGTERM: checkpoint at the next step, then stop
-        model = fit(loop_job)
+        model = fit_setfit(loop_job) if cfg.method == "setfit" else fit(loop_job)
     return Trained(model=model, before=before, encoder=encoder, selector=selector, curve=curve, book=book)
 
 
@@ -277,6 +278,8 @@ def train_rank(paths: TrainPaths, params: Params) -> None:
     if store is None:
         forbid_tracking()
     splits, labels = read_token_splits(paths.tokens, paths.splits, names=("train", "validation"))
+    if cfg.method == "setfit":
+        check_setfit(params, splits["train"].multilabel)
     tokenizer = load_tokenizer(params.model.name)
     ckpt = Checkpointer(paths.checkpoint_dir, checkpoint_key(params, paths), cfg.checkpoint_every,
                         main=main_rank)

@@ -1,0 +1,76 @@
+"""Model vs baseline pooled over several split seeds: one paired test on every test document of
+every seed, where one seed's ~300 documents are too few to tell a point from noise.
+
+Two views of the same per-document outcomes (each seed's model and baseline on its own test split):
+- **pooled McNemar** over every (seed, document) pair: the discordant pairs of all seeds summed,
+  b (only the model right) against c (only the baseline), exact binomial under H0. Summing the
+  seeds' 2x2 tables is the Mantel-Haenszel test for matched pairs, each pair its own stratum:
+  valid though the seeds differ in difficulty and in models, since H0 only asks that each
+  discordant pair goes either way with probability 1/2, seed by seed.
+- **documents once** (the check that needs no independence between seeds): random splits share
+  test documents, and a document twice in test is not two independent draws. Each document
+  counts once, with the sign of (model right - baseline right) summed over the seeds that
+  tested it; an exact sign test over the documents whose sum is not 0.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pandas as pd
+
+from textclf.common import UserError
+from textclf.evaluate.comparison import BETTER, NO_DIFFERENCE, WORSE, mcnemar_exact
+
+COLUMNS = ("doc_id", "model_correct", "baseline_correct")
+
+
+def seed_outcomes(model: pd.DataFrame, baseline: pd.DataFrame) -> pd.DataFrame:
+    """One seed's evaluate outputs (test_predictions: doc_id, correct; baseline_predictions:
+    doc_id, label, predicted) -> doc_id, model_correct, baseline_correct, on the same documents."""
+    base = baseline.assign(baseline_correct=baseline["label"] == baseline["predicted"])
+    joined = model[["doc_id", "correct"]].merge(base[["doc_id", "baseline_correct"]], on="doc_id", how="outer",
+                                                indicator=True)
+    if (joined["_merge"] != "both").any():
+        raise UserError(f"model and baseline were scored on different test documents "
+                        f"({int((joined['_merge'] != 'both').sum())} in one only): rerun evaluate.")
+    return joined.rename(columns={"correct": "model_correct"})[list(COLUMNS)].astype(
+        {"model_correct": bool, "baseline_correct": bool})
+
+
+def _verdict(b: int, c: int, p: float, alpha: float) -> str:
+    if p < alpha:
+        return BETTER if b > c else WORSE
+    return NO_DIFFERENCE
+
+
+def pooled_comparison(seeds: Sequence[pd.DataFrame], alpha: float = 0.05) -> dict:
+    """`seeds`: per split seed, seed_outcomes' frame -> both pooled tests (module docstring)."""
+    if not seeds or any(len(s) == 0 for s in seeds):
+        raise UserError("a pooled comparison needs every seed's test outcomes; one seed has none.")
+    both = pd.concat(seeds, ignore_index=True)  # (pairs, 3)
+    m, base = both["model_correct"].to_numpy(bool), both["baseline_correct"].to_numpy(bool)
+    b, c = int((m & ~base).sum()), int((~m & base).sum())
+    p = mcnemar_exact(b, c)
+    net = (both["model_correct"].astype(int) - both["baseline_correct"].astype(int)).groupby(both["doc_id"]).sum()
+    db, dc = int((net > 0).sum()), int((net < 0).sum())
+    p_docs = mcnemar_exact(db, dc)  # the sign test: the same exact binomial on the signs
+    return {"seeds": len(seeds), "pairs": len(both), "documents": int(net.size),
+            "model_accuracy": float(m.mean()), "baseline_accuracy": float(base.mean()),
+            "difference": float(m.mean() - base.mean()),
+            "model_only": b, "baseline_only": c, "mcnemar_p": p,
+            "documents_model_ahead": db, "documents_baseline_ahead": dc, "sign_p": p_docs,
+            "alpha": alpha, "verdict": _verdict(b, c, p, alpha),
+            "documents_verdict": _verdict(db, dc, p_docs, alpha)}
+
+
+def pooled_lines(result: dict) -> str:
+    """The two pooled tests in two sentences, for the multi-seed table."""
+    return (f"Pooled over {result['seeds']} split seeds ({result['pairs']} test documents, "
+            f"{result['documents']} distinct): model {result['model_accuracy'] * 100:.2f} % against "
+            f"baseline {result['baseline_accuracy'] * 100:.2f} %; exact McNemar on the summed discordant "
+            f"pairs: {result['model_only']} only the model gets right, {result['baseline_only']} only the "
+            f"baseline, p = {result['mcnemar_p']:.3g}: {result['verdict']}.\n"
+            f"Each document once (sign test): the model ahead on {result['documents_model_ahead']}, the "
+            f"baseline on {result['documents_baseline_ahead']}, p = {result['sign_p']:.3g}: "
+            f"{result['documents_verdict']}.")
+

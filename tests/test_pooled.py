@@ -1,0 +1,66 @@
+"""The paired test pooled over split seeds (issue 42): against scipy's exact binomial test on
+constructed outcomes, documents counted once, and the bad inputs."""
+import numpy as np
+import pandas as pd
+import pytest
+from scipy.stats import binomtest
+
+from textclf.common import UserError
+from textclf.evaluate.comparison import BETTER, NO_DIFFERENCE, compare
+from textclf.evaluate.pooled import pooled_comparison, pooled_lines, seed_outcomes
+
+
+def outcomes(ids, model, baseline) -> pd.DataFrame:
+    return pd.DataFrame({"doc_id": ids, "model_correct": np.asarray(model, bool),
+                         "baseline_correct": np.asarray(baseline, bool)})
+
+
+def a_seed(rng, ids, model_rate=0.99, baseline_rate=0.975) -> pd.DataFrame:
+    return outcomes(ids, rng.random(len(ids)) < model_rate, rng.random(len(ids)) < baseline_rate)
+
+
+def test_pooled_mcnemar_is_scipys_exact_binomial_on_the_summed_discordant_pairs():
+    rng = np.random.default_rng(0)
+    seeds = [a_seed(rng, [f"s{s}-{i}" for i in range(300)]) for s in range(5)]  # no shared document
+    got = pooled_comparison(seeds)
+    b = sum(int((s.model_correct & ~s.baseline_correct).sum()) for s in seeds)
+    c = sum(int((~s.model_correct & s.baseline_correct).sum()) for s in seeds)
+    assert (got["model_only"], got["baseline_only"], got["pairs"]) == (b, c, 1500)
+    assert got["mcnemar_p"] == pytest.approx(binomtest(b, b + c, 0.5).pvalue)
+    # distinct documents: counted once is the same test
+    assert got["sign_p"] == pytest.approx(got["mcnemar_p"]) and got["documents"] == 1500
+
+
+def test_pooling_finds_what_no_single_seed_can():
+    """Each seed: the model 4 documents ahead of 300, never significant alone; pooled: 20 vs 0."""
+    seeds = []
+    for s in range(5):
+        model = np.ones(300, bool)
+        baseline = np.r_[np.zeros(4, bool), np.ones(296, bool)]
+        seeds.append(outcomes([f"s{s}-{i}" for i in range(300)], model, baseline))
+        assert compare(model, baseline, 1000, 0, 0.05)["verdict"] == NO_DIFFERENCE  # p = 0.125
+    got = pooled_comparison(seeds)
+    assert got["verdict"] == BETTER and got["mcnemar_p"] == pytest.approx(2 / 2 ** 20)
+    assert "p = 1.91e-06: better" in pooled_lines(got)
+
+
+def test_a_document_tested_by_several_seeds_counts_once_by_its_net_sign():
+    one = outcomes(["a", "b", "c"], [True, True, False], [False, False, True])
+    two = outcomes(["a", "b", "d"], [True, False, True], [False, True, False])
+    got = pooled_comparison([one, two])
+    assert (got["model_only"], got["baseline_only"]) == (4, 2)  # every (seed, document) pair
+    # a: +2, b: 0 (left out), c: -1, d: +1 -> ahead on 2 documents, behind on 1
+    assert (got["documents"], got["documents_model_ahead"], got["documents_baseline_ahead"]) == (4, 2, 1)
+    assert got["sign_p"] == pytest.approx(binomtest(2, 3, 0.5).pvalue)
+
+
+def test_a_seed_outcome_joins_evaluates_two_tables_on_their_documents():
+    model = pd.DataFrame({"doc_id": ["x", "y"], "correct": [True, False]})
+    base = pd.DataFrame({"doc_id": ["y", "x"], "label": ["a", "b"], "predicted": ["a", "a"]})
+    got = seed_outcomes(model, base).sort_values("doc_id")
+    assert got.to_dict("list") == {"doc_id": ["x", "y"], "model_correct": [True, False],
+                                   "baseline_correct": [False, True]}
+    with pytest.raises(UserError, match="different test documents .1 in one only"):
+        seed_outcomes(model, base.iloc[:1])
+    with pytest.raises(UserError, match="one seed has none"):
+        pooled_comparison([outcomes([], [], [])])
