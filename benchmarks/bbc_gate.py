@@ -1,5 +1,5 @@
 """What the champion gate decides when BBC grows: a random 90 % of the articles, then all of
-them, each through a real `dvc repro` with the recipe in benchmarks/bbc.preset.
+them, each through a real `dvc repro` with the recipe in benchmarks/bbc_headtail.preset.
 
     .venv/bin/python benchmarks/bbc_gate.py [--fraction 0.9] [--seed 42] [-S key=value ...]
 
@@ -28,7 +28,7 @@ BBC = REPO.parent / "shared" / "data" / "bbc"
 
 
 def preset() -> dict[str, str]:
-    lines = (REPO / "benchmarks" / "bbc.preset").read_text().splitlines()
+    lines = (REPO / "benchmarks" / "bbc_headtail.preset").read_text().splitlines()
     return dict(line.split("=", 1) for line in lines if line.strip() and not line.startswith("#"))
 
 

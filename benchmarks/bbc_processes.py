@@ -2,7 +2,7 @@
 the training run's wall time (MLflow run start to end: model load, epochs, validation, saving),
 its speed-up over one process, and the test metrics.
     .venv/bin/python benchmarks/bbc_processes.py [--processes 2] [--epochs 1] [-S key=value ...]
-Each run is a `dvc exp run --temp` with the recipe of benchmarks/bbc.preset, split seed 42."""
+Each run is a `dvc exp run --temp` with the recipe of benchmarks/bbc_headtail.preset, split seed 42."""
 import argparse
 import json
 import logging
@@ -21,7 +21,7 @@ log = logging.getLogger("bbc_processes")
 
 def run_exp(name: str, processes: int, epochs: int, extra: list[str]) -> None:
     bbc = Path(os.environ.get("BBC", ROOT.parent / "shared" / "data" / "bbc")).resolve()
-    overrides = [f"ingest.source={bbc}", *read_preset(str(ROOT / "benchmarks" / "bbc.preset")),
+    overrides = [f"ingest.source={bbc}", *read_preset(str(ROOT / "benchmarks" / "bbc_headtail.preset")),
                  f"train.processes={processes}", f"train.epochs={epochs}", *extra]
     cmd = [str(ROOT / ".venv" / "bin" / "dvc"), "exp", "run", "--temp", "-n", name]
     for o in overrides:

@@ -10,7 +10,7 @@ Healthy: the three heads x seeds 1 and 2 on the demo corpus, and a 46-document c
 classes named `C++`, `a b` and `Ünïcode`, made from the demo corpus. Broken: a random encoder
 (model.init: config), plain Adam at a constant lr 1e-3 with no warmup or clipping (the seed's
 optimiser), and a TextCNN whose optimizer holds only the head. With --bbc, the silent_class
-guard's two cases (benchmarks/bbc.preset at 64 tokens): BBC as it is, where it must stay quiet,
+guard's two cases (benchmarks/bbc_headtail.preset at 64 tokens): BBC as it is, where it must stay quiet,
 and BBC with tech and entertainment cut to 20 documents (benchmarks/imbalance.py), where it
 warns if the model never recalls one of them. An alarm is a guard that fails
 (`fail`, `collapsed`) or stops the stage; `warn` and `recovered` are warnings.

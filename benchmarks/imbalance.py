@@ -8,7 +8,7 @@ recalled, and never on balanced BBC.
     .venv/bin/python benchmarks/imbalance.py --work DIR --summarize  # the tables of DIR's finished runs
 
 Every run is the real stages (ingest, tokenize, split, baseline, train, export, evaluate) in a
-work folder, with benchmarks/bbc.preset's recipe at 128 tokens unless -S says otherwise. The
+work folder, with benchmarks/bbc_headtail.preset's recipe at 128 tokens unless -S says otherwise. The
 cut keeps each class's first documents in file-name order (no sampling: the same corpus on
 every machine). Prints two tables: per-class test recall and macro-F1, and the guard's
 verdicts against the test recall of the kept model.
@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         raise SystemExit(f"BBC corpus not found at {BBC}")
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="imbalance-"))
     os.environ.setdefault("MLFLOW_TRACKING_URI", f"sqlite:///{work.resolve() / 'mlflow.db'}")
-    base = read_preset(str(ROOT / "benchmarks" / "bbc.preset")) + [
+    base = read_preset(str(ROOT / "benchmarks" / "bbc_headtail.preset")) + [
         "tokenize.max_length=128", "evaluate.register=false", "serve.format=torch"] + args.overrides
     plan = [("imbalanced", seed, weights) for seed in args.seeds for weights in ("none", "balanced")]
     if not args.no_balanced_bbc:

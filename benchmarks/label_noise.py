@@ -61,12 +61,12 @@ def stage(name: str, cwd: Path, *args: str) -> tuple[float, float]:
 
 def with_model(tmp: Path, params: dict, overrides: list[str]) -> Path:
     """The whole pipeline (`dvc repro labels`) in a clone of this repository, with the recipe in
-    benchmarks/bbc.preset in fp32 (bf16 is emulated, slowly, on CPUs without it) -> the clone,
+    benchmarks/bbc_headtail.preset in fp32 (bf16 is emulated, slowly, on CPUs without it) -> the clone,
     its stage outputs linked under the names the baseline-only path writes. overrides: key=value
     (--set), after the preset."""
     repo = tmp / "repo"
     subprocess.run(["git", "clone", "-q", str(REPO), str(repo)], check=True)
-    preset = (REPO / "benchmarks" / "bbc.preset").read_text().splitlines()
+    preset = (REPO / "benchmarks" / "bbc_headtail.preset").read_text().splitlines()
     for line in [*preset, *overrides]:
         if line.strip() and not line.startswith("#") and "precision" not in line:
             key, value = line.split("=", 1)
