@@ -7,12 +7,11 @@ from scipy.stats import binomtest
 
 from textclf.common import UserError
 from textclf.evaluate.comparison import BETTER, NO_DIFFERENCE, compare
-from textclf.evaluate.pooled import pooled_comparison, pooled_lines, seed_outcomes
+from textclf.evaluate.pooled import outcomes_frame, pooled_comparison, pooled_lines, seed_outcomes
 
 
 def outcomes(ids, model, baseline) -> pd.DataFrame:
-    return pd.DataFrame({"doc_id": ids, "model_correct": np.asarray(model, bool),
-                         "baseline_correct": np.asarray(baseline, bool)})
+    return outcomes_frame(ids, model, baseline)
 
 
 def a_seed(rng, ids, model_rate=0.99, baseline_rate=0.975) -> pd.DataFrame:

@@ -74,3 +74,10 @@ def pooled_lines(result: dict) -> str:
             f"baseline on {result['documents_baseline_ahead']}, p = {result['sign_p']:.3g}: "
             f"{result['documents_verdict']}.")
 
+
+
+def outcomes_frame(doc_ids: Sequence[str], model_correct: Sequence[bool],
+                   baseline_correct: Sequence[bool]) -> pd.DataFrame:
+    """A seed's outcomes from arrays (benchmarks that score outside the pipeline)."""
+    return pd.DataFrame({"doc_id": list(doc_ids), "model_correct": list(map(bool, model_correct)),
+                         "baseline_correct": list(map(bool, baseline_correct))})
