@@ -8,13 +8,16 @@ The real stages (`python -m stages.<name>`, each a fresh process) in --work: ing
 (max_length 128 unless --set says otherwise) and split (split.seed 42) once, so validation and
 test are the usual ones. Per size K and subsample seed S, the training split is cut to K
 documents per class (drawn with seed S; the others left out of K<K>-s<S>/sp.parquet, which no
-stage then reads), and each contender trains on it: the baseline stage (its test predictions),
-and the train stage twice (model folder's Predictor on the test texts). A (K, S, contender)
-already trained with the same params is not trained again. Per K: mean ± sd of test accuracy
-and macro-F1 over the seeds, training seconds, and the paired test of few-shot against each
-peer pooled over the seeds (textclf.evaluate.pooled: the test documents are the same in every
-seed, so its documents-once sign test is the one to read). Goal: at 16 per class, few-shot
-5 points above both.
+stage then reads), and each contender trains on it: few-shot (setfit), fine-tuning (params.yaml's
+recipe), the same logistic head on the pretrained embeddings (frozen: what the pairs add), each
+through the train stage and scored by its model folder's Predictor on the test texts, and the
+baseline stage (TF-IDF, its test predictions). A (K, S, contender) already trained with the same
+params is not trained again. Per K: mean ± sd of test accuracy and macro-F1 over the seeds,
+training seconds, and the paired test of few-shot against each peer pooled over the seeds
+(textclf.evaluate.pooled: the test documents are the same in every seed, so its documents-once
+sign test is the one to read). Goal: at 16 per class, few-shot 5 points above fine-tuning and
+TF-IDF. Run two at once with OMP_NUM_THREADS=1 each: two 2-thread trainings on 2 cores run
+several times slower than one after the other.
 """
 from __future__ import annotations
 
@@ -40,6 +43,8 @@ CONTENDERS = {  # name -> its params over the base, per section
     "setfit": {"model": {"head": "pooled", "pooling": "mean"},
                "train": {"method": "setfit", "epochs": 1, "batch_size": 16, "lr_encoder": 2e-5}},
     "finetune": {},
+    # the same head on the pretrained embeddings, no pairs: what the contrastive phase adds
+    "frozen": {"model": {"head": "pooled", "pooling": "mean"}, "train": {"method": "setfit", "encoder": "freeze"}},
 }
 GOAL_SIZE, GOAL_POINTS = 16, 0.05
 
@@ -48,9 +53,8 @@ def subsample(work: Path, k: int, seed: int) -> Path:
     """K<k>-s<seed>/sp.parquet: the split with k training documents per class (seed-drawn)."""
     folder = work / f"K{k}-s{seed}"
     folder.mkdir(exist_ok=True)
-    splits = pd.read_parquet(work / "sp.parquet")
-    labels = pd.read_parquet(work / "c.parquet", columns=["doc_id", "label"])
-    train = splits[splits["split"] == "train"].merge(labels, on="doc_id").sort_values("doc_id")
+    splits = pd.read_parquet(work / "sp.parquet")  # doc_id, label, split, ...
+    train = splits[splits["split"] == "train"].sort_values("doc_id")
     rng = np.random.default_rng(seed)
     kept = train.groupby("label", group_keys=False).apply(
         lambda g: g.iloc[np.sort(rng.choice(len(g), size=min(k, len(g)), replace=False))])
@@ -108,7 +112,7 @@ def measure(work: Path, k: int, seed: int, params: dict, test: pd.DataFrame) -> 
 def summary(k: int, per_seed: list[dict], test: pd.DataFrame) -> tuple[list[dict], list[dict]]:
     """Per contender mean ± sd, and few-shot against each peer pooled over the seeds."""
     from textclf.evaluate.pooled import outcomes_frame, pooled_comparison
-    names = ["setfit", "finetune", "tfidf"]
+    names = [*CONTENDERS, "tfidf"]
     rows = []
     for name in names:
         acc = [s[name]["accuracy"] for s in per_seed]
@@ -121,7 +125,7 @@ def summary(k: int, per_seed: list[dict], test: pd.DataFrame) -> tuple[list[dict
                      "train_s": float(np.mean(secs)) if secs else "", "mean_acc": float(np.mean(acc))})
     truth = np.asarray(test["label"])
     tests = []
-    for peer in ("finetune", "tfidf"):
+    for peer in ("finetune", "tfidf", "frozen"):
         seeds = [outcomes_frame(test["doc_id"], np.asarray(s["setfit"]["predicted"]) == truth,
                                 np.asarray(s[peer]["predicted"]) == truth) for s in per_seed]
         got = pooled_comparison(seeds)
