@@ -17,7 +17,7 @@ from textclf.model.modeling import load_tokenizer
 from textclf.train.loop import TrainJob, make_scheduler
 from textclf.train.setfit import contrastive_steps, cosine_loss, fit_head, sample_pairs
 
-from conftest import copy_prepared, run_baseline, run_evaluate, run_train, write_params
+from conftest import copy_prepared, copy_reproduced, dvc, run_baseline, run_evaluate, run_train, write_params
 
 SETFIT = {"model": {"head": "pooled", "pooling": "mean"},
           "train": {"method": "setfit", "setfit_iterations": 2, "epochs": 1, "lr_encoder": 1e-3}}
@@ -128,3 +128,20 @@ def test_what_setfit_cannot_do_is_one_line(tmp_path, prepared_tiny, monkeypatch,
     write_params(tmp_path / "params.yaml", **sections)
     with pytest.raises(UserError, match=says):
         run_train(p)
+
+
+@pytest.mark.slow
+def test_setfit_through_dvc_repro_with_the_packaged_encoder(reproduced, tmp_path):
+    """The real MiniLM: `dvc repro` after switching a reproduced demo to setfit retrains, exports,
+    checks, evaluates, reports and registers it like any model."""
+    repo = copy_reproduced(reproduced, tmp_path / "repo")
+    write_params(repo / "params.yaml", model={"head": "pooled", "pooling": "mean"},
+                 train={"method": "setfit", "setfit_iterations": 4, "epochs": 1, "batch_size": 16, "lr_encoder": 2e-5})
+    out = dvc(repo, "repro", env={"MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'setfit.db'}"})
+    assert "Running stage 'train'" in out and "Running stage 'report'" in out
+    assert json.loads((repo / "models" / "model" / "params.json").read_text())["train"]["method"] == "setfit"
+    metrics = json.loads((repo / "reports" / "metrics.json").read_text())
+    assert all(metrics["guards"][g] == "pass" for g in ("load_audit", "optimizer_coverage", "weight_movement"))
+    assert metrics["serving"]["fallback"] is None and metrics["accuracy"] >= 0.75  # 8 test documents, 5 classes
+    assert metrics["registry"]["version"] >= 1
+    assert "setfit" in (repo / "reports" / "report.md").read_text()
