@@ -63,3 +63,11 @@ def test_a_seed_outcome_joins_evaluates_two_tables_on_their_documents():
         seed_outcomes(model, base.iloc[:1])
     with pytest.raises(UserError, match="one seed has none"):
         pooled_comparison([outcomes([], [], [])])
+
+
+def test_multiseed_without_readable_predictions_warns_and_skips_the_pooled_test(caplog):
+    """An experiment from before the predictions were outputs (or gc'd): the table, no pooled line."""
+    from textclf.multiseed import pooled_or_none
+
+    assert pooled_or_none(["0" * 40]) is None  # a commit this repository does not have
+    assert "no pooled test: an experiment's test predictions cannot be read" in caplog.text

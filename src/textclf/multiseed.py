@@ -104,6 +104,18 @@ def experiment_outcomes(rev: str):
     return seed_outcomes(*frames)
 
 
+def pooled_or_none(revs: list[str]) -> dict | None:
+    """The pooled test over the experiments at `revs`; None, with a warning, when one's
+    predictions are not in the DVC cache (an experiment from before they were outputs, or gc'd)."""
+    from dvc.exceptions import DvcException
+
+    try:
+        return pooled_comparison([experiment_outcomes(rev) for rev in revs])
+    except (OSError, DvcException) as err:
+        log.warning("no pooled test: an experiment's test predictions cannot be read (%s)", err)
+        return None
+
+
 def queue_and_wait(names: dict[int, str], overrides: list[str], jobs: int) -> None:
     for seed, name in names.items():
         queue(name, [f"split.seed={seed}", *overrides])
@@ -144,10 +156,9 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"no finished experiment named {', '.join(missing)} in `dvc exp show`; "
                          "run them first (drop --summarize).")
     rows = [seed_row(seed, exps[name]) for seed, name in names.items()]
-    revs = revisions(shown)
-    pooled = pooled_comparison([experiment_outcomes(revs[name]["rev"]) for name in names.values()])
+    pooled = pooled_or_none([revisions(shown)[name]["rev"] for name in names.values()])
     log.info("%s: %d split seeds, experiments %s-s*\n%s\n\n%s", datetime.date.today(), len(rows), args.name,
-             table(rows), pooled_lines(pooled))
+             table(rows), pooled_lines(pooled) if pooled else "")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump({"seeds": rows, "pooled": pooled}, fh, indent=1)
