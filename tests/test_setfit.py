@@ -145,3 +145,21 @@ def test_setfit_through_dvc_repro_with_the_packaged_encoder(reproduced, tmp_path
     assert metrics["serving"]["fallback"] is None and metrics["accuracy"] >= 0.75  # 8 test documents, 5 classes
     assert metrics["registry"]["version"] >= 1
     assert "setfit" in (repo / "reports" / "report.md").read_text()
+
+
+def test_a_rerun_with_the_finished_checkpoint_restores_it_instead_of_training(tmp_path, prepared_tiny,
+                                                                              monkeypatch, caplog):
+    """The checkpoint saved after the head (kept here; kept too when the store fails after
+    training) lets the same stage finish without the pairs again, with the same weights."""
+    from safetensors.torch import load_file
+
+    p = copy_prepared(prepared_tiny, tmp_path, monkeypatch)
+    write_params(tmp_path / "params.yaml", **SETFIT)
+    write_params(tmp_path / "params.yaml", train={"keep_checkpoint": True})
+    run_train(p + ["--checkpoint-dir", "ck"])
+    first = load_file(tmp_path / "model" / "model.safetensors")
+    with caplog.at_level("INFO"):
+        run_train(p + ["--checkpoint-dir", "ck"])
+    assert "restored the finished training from its checkpoint" in caplog.text
+    second = load_file(tmp_path / "model" / "model.safetensors")
+    assert all(torch.equal(first[k], second[k]) for k in first)
