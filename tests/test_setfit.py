@@ -1,6 +1,7 @@
 """train.method setfit (issue 42): SetFit's pairs and loss, one step moving the encoder, the
 logistic-regression head copied into the pooled head, the stage with its guards, export and
 bad inputs. The training tests use the TINY RANDOM BERT (plumbing); docs/benchmarks.md has BBC."""
+import dataclasses
 import json
 
 import numpy as np
@@ -69,7 +70,7 @@ def test_one_contrastive_step_moves_the_encoder_and_not_the_head(tiny_random_ber
     encoder = {k: v.clone() for k, v in model.encoder.state_dict().items()}
     head = {k: v.clone() for k, v in model.classifier.state_dict().items()}
     pairs = sample_pairs(np.array([0, 0, 1, 1, 2, 2]), 1, 0)[:8]
-    job = TrainJob(**{**job.__dict__, "params": job.params.__class__(**{**job.params.__dict__, "batch_size": 8})})
+    job = dataclasses.replace(job, params=dataclasses.replace(job.params, batch_size=8))
     loss = contrastive_steps(job, model, pairs, make_scheduler(job.optimizer, 1, job.params))
     assert np.isfinite(loss) and loss > 0
     assert any(not torch.equal(v, model.encoder.state_dict()[k]) for k, v in encoder.items())

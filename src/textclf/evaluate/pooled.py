@@ -75,7 +75,6 @@ def pooled_lines(result: dict) -> str:
             f"{result['documents_verdict']}.")
 
 
-
 def outcomes_frame(doc_ids: Sequence[str], model_correct: Sequence[bool],
                    baseline_correct: Sequence[bool]) -> pd.DataFrame:
     """A seed's outcomes from arrays (benchmarks that score outside the pipeline)."""
