@@ -32,9 +32,7 @@ def run_experiments(planned: dict[str, list[str]], jobs: int, summarize: bool) -
     from textclf.tracking.dvc_exps import dvc, experiments, queue, run_queued
 
     if not summarize:
-        for name, overrides in planned.items():
-            queue(name, overrides)
-        states = run_queued(list(planned), jobs)
+        states = run_queued({name: queue(name, overrides) for name, overrides in planned.items()}, jobs)
         failed = [n for n, s in states.items() if s == "Failed"]
         if failed:
             raise SystemExit(f"experiments {', '.join(failed)} failed (see `dvc queue logs NAME`).")

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from textclf.multiseed import t_interval
-from textclf.tracking.dvc_exps import queue_states
+from textclf.tracking.dvc_exps import queue_states, states_of, task_ids
 from textclf.evaluate.comparison import (BETTER, NO_DIFFERENCE, WORSE, bootstrap_interval, compare, headline,
                                 mcnemar_exact, per_class_accuracy, verdict)
 
@@ -102,3 +102,17 @@ def test_queue_states_match_whole_experiment_names():
               "8a9b0c1  seeds-s2    10:01 AM   Failed\n")
     assert queue_states(status, ["seeds-s1", "seeds-s2", "seeds-s3"]) == {"seeds-s1": "Success",
                                                                          "seeds-s2": "Failed"}
+
+
+def test_a_rerun_is_followed_by_its_task_id_not_by_a_failed_try_of_its_name():
+    """DVC lists running, then queued, then failed, then successful tasks: by name, the failed
+    first try of seeds-s0 hid its queued rerun (the wait ended at once, "failed")."""
+    status = ("Task     Name        Created    Status\n"
+              "e37c2b8  seeds-s0    09:00 PM   Queued\n"
+              "6cef31a  seeds-s0    08:10 PM   Failed\n"
+              "bd51d04  seeds-s1    08:10 PM   Success\n")
+    assert queue_states(status, ["seeds-s0"]) == {"seeds-s0": "Failed"}  # what the name alone says
+    assert task_ids(status, "seeds-s0") == {"e37c2b8", "6cef31a"} and task_ids(status, "seeds") == set()
+    assert states_of(status, {"seeds-s0": "e37c2b8", "seeds-s1": "bd51d04", "gone": "0000000"}) == {
+        "seeds-s0": "Queued", "seeds-s1": "Success"}
+    assert states_of(status, {"seeds-s1": "seeds-s1"}) == {"seeds-s1": "Success"}  # a name, where no id is kept

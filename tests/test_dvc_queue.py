@@ -55,15 +55,15 @@ def test_nothing_is_queued_while_an_idle_worker_is_alive(queue_repo):
     queue() waits it out, so the experiment waits Queued for a worker run_queued starts."""
     dvc_exps.dvc("queue", "start", "-j", "1")  # returns while its worker lives (a pipe waited for it)
     wait_for(lambda: dvc_exps.live_workers() == 1, "no worker started", seconds=10)
-    dvc_exps.queue("a", ["sleep=0"])
+    task = dvc_exps.queue("a", ["sleep=0"])
     status = dvc(queue_repo, "queue", "status")
     assert dvc_exps.queue_states(status, ["a"]) == {"a": "Queued"} and dvc_exps.live_workers() == 0, status
-    assert dvc_exps.run_queued(["a"], 1, poll=1) == {"a": "Success"}
+    assert dvc_exps.run_queued({"a": task}, 1, poll=1) == {"a": "Success"}
 
 
 def test_an_experiment_the_queue_lost_is_named_not_waited_on(queue_repo):
     """The worker dies with its experiment (SIGKILL): `dvc queue status` says Running forever."""
-    dvc_exps.queue("lost", ["sleep=120"])
+    task = dvc_exps.queue("lost", ["sleep=120"])
     dvc_exps.dvc("queue", "start", "-j", "1")
     wait_for(lambda: dvc_exps.queue_states(dvc(queue_repo, "queue", "status"), ["lost"]) == {"lost": "Running"},
              "the experiment never started")
@@ -73,14 +73,25 @@ def test_an_experiment_the_queue_lost_is_named_not_waited_on(queue_repo):
     started = time.monotonic()
     with pytest.raises(UserError, match="DVC's queue lost lost: Running in `dvc queue status`, but no queue "
                                         "worker runs it. `dvc queue kill` it") as err:
-        dvc_exps.run_queued(["lost"], 1, poll=1)
+        dvc_exps.run_queued({"lost": task}, 1, poll=1)
     assert "\n" not in str(err.value) and time.monotonic() - started < 60
 
 
 def test_a_short_experiment_is_seen_done_in_seconds_not_a_whole_poll(queue_repo):
     """The waits between status calls start at 1 s and double up to `poll`: an experiment that
     takes seconds is not waited on for a whole poll (60 s here; it was, every time, in sweeps)."""
-    dvc_exps.queue("quick", ["sleep=0"])
+    task = dvc_exps.queue("quick", ["sleep=0"])
     started = time.monotonic()
-    assert dvc_exps.run_queued(["quick"], 1, poll=60) == {"quick": "Success"}
+    assert dvc_exps.run_queued({"quick": task}, 1, poll=60) == {"quick": "Success"}
     assert time.monotonic() - started < 40
+
+
+def test_a_name_queued_again_after_it_failed_is_waited_for_not_taken_for_its_failed_try(queue_repo):
+    """The queue keeps a failed try's task beside the new one of the same name (a seed rerun, as
+    the lost-experiment error advises): the wait follows the new task's id. It followed the name,
+    read the old try's Failed, and gave up on the rerun at once."""
+    first = dvc_exps.queue("again", ["sleep=oops"])  # time.sleep('oops'): the stage fails
+    assert dvc_exps.run_queued({"again": first}, 1, poll=1) == {"again": "Failed"}
+    second = dvc_exps.queue("again", ["sleep=0"])
+    assert second != first and dvc_exps.task_ids(dvc(queue_repo, "queue", "status"), "again") == {first, second}
+    assert dvc_exps.run_queued({"again": second}, 1, poll=1) == {"again": "Success"}

@@ -89,3 +89,14 @@ def test_a_sweep_killed_during_training_is_resumed_and_its_trial_scored(tmp_path
     found = json.loads((repo / "reports" / "sweep.json").read_text())
     assert [t["experiment"] for t in found["trials"]] == ["lr-t0"], found
     assert found["complete"] == 1 and found["trials"][0]["value"] is not None
+
+
+def test_a_dead_trial_is_matched_by_its_task_id_not_by_an_older_task_of_its_name(tmp_path):
+    """A study recreated under the same name reuses lr-t0: the old study's failed lr-t0 stays
+    in DVC's queue, listed after the running one. By name, the running trial was declared dead."""
+    study = left_by_a_dead_sweep(tmp_path)
+    optuna.trial.Trial(study, study.get_trials()[0]._trial_id).set_user_attr("task", "0723d00")
+    status = STATUS.format("Running").replace("cfa94fd  lr-t1   06:52 AM   Success",
+                                             "1d2e3f4  lr-t0   05:00 AM   Failed")
+    live, states = left_running(study, status)
+    assert [t.number for t in live] == [0] and states == {"lr-t0": "Running"}

@@ -117,9 +117,8 @@ def pooled_or_none(revs: list[str]) -> dict | None:
 
 
 def queue_and_wait(names: dict[int, str], overrides: list[str], jobs: int) -> None:
-    for seed, name in names.items():
-        queue(name, [f"split.seed={seed}", *overrides])
-    states = run_queued(list(names.values()), jobs)
+    tasks = {name: queue(name, [f"split.seed={seed}", *overrides]) for seed, name in names.items()}
+    states = run_queued(tasks, jobs)
     failed = [n for n, s in states.items() if s == "Failed"]
     if failed:
         raise SystemExit(f"experiments {', '.join(failed)} failed (see `dvc queue logs NAME`).")

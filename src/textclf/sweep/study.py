@@ -16,7 +16,7 @@ from textclf.common import UserError
 from textclf.config import SweepParams
 from textclf.sweep.space import Dim
 from textclf.sweep.trials import adopt, judge_all, restored_child
-from textclf.tracking.dvc_exps import dvc, queue, queue_states, run_queued
+from textclf.tracking.dvc_exps import dvc, queue, run_queued, states_of
 
 log = logging.getLogger(__name__)
 SETTINGS = "textclf_sweep"  # the study's user attribute: the search it is
@@ -96,7 +96,7 @@ def left_running(study: optuna.Study, status: str | None = None) -> tuple[list, 
             and not Path(f"/proc/{t.user_attrs['pid']}").exists()]
     if not dead:
         return [], {}
-    states = queue_states(status or dvc("queue", "status"), [t.user_attrs.get("experiment", "") for t in dead])
+    states = states_of(status or dvc("queue", "status"), {t.user_attrs.get("experiment", ""): task(t) for t in dead})
     for t in dead:
         name = t.user_attrs.get("experiment")
         state = states.get(name, "gone")
@@ -112,6 +112,11 @@ def left_running(study: optuna.Study, status: str | None = None) -> tuple[list, 
                         t.number, name, "no longer lists it" if state == "gone" else f"has it {state}")
     taken = {t.user_attrs["experiment"] for t in live}
     return live, {n: s for n, s in states.items() if n in taken}
+
+
+def task(trial) -> str:
+    """A trial's task in DVC's queue: its id; its experiment name for a study from before ids were kept."""
+    return trial.user_attrs.get("task", trial.user_attrs.get("experiment", ""))
 
 
 def ask(study: optuna.Study, cfg: SweepParams, dims: list[Dim]):
@@ -136,8 +141,8 @@ def run_batch(study: optuna.Study, cfg: SweepParams, dims: list[Dim], fixed: lis
         trial = ask(study, cfg, dims)
         if trial is None:
             break
-        name = trial.user_attrs["experiment"]
-        queue(name, [d.override(trial.params[d.name]) for d in dims] + fixed)
+        trial.set_user_attr("task", queue(trial.user_attrs["experiment"],
+                                          [d.override(trial.params[d.name]) for d in dims] + fixed))
         batch.append(trial)
     finish(study, cfg, batch, client, exp_id, parent_id)
     return len(batch)
@@ -152,7 +157,7 @@ def finish(study: optuna.Study, cfg: SweepParams, batch: list, client, exp_id: s
     names = [t.user_attrs["experiment"] for t in batch]
     try:
         if states is None or {"Queued", "Running"} & set(states.values()):
-            states = run_queued(names, cfg.parallel)
+            states = run_queued({t.user_attrs["experiment"]: task(t) for t in batch}, cfg.parallel)
     except BaseException:  # Ctrl-C, SIGTERM: what runs is stopped, and not counted
         for trial, name in zip(batch, names):
             dvc_quiet("queue", "kill", name)

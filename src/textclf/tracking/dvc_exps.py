@@ -74,21 +74,42 @@ def settle(poll: float = 1.0) -> None:
         time.sleep(poll)
 
 
-def queue(name: str, overrides: list[str]) -> None:
+def task_ids(status: str, name: str) -> set[str]:
+    """`dvc queue status` text -> the task ids (its first field) of the tasks named `name`."""
+    return {fields[0] for fields in map(str.split, status.splitlines()) if fields[1:2] == [name]}
+
+
+def queue(name: str, overrides: list[str]) -> str:
+    """Queue experiment `name` -> its task id. The queue keeps finished tasks, and a name queued
+    again (a failed seed rerun) has one task per try: only the id tells the new one from the old."""
     settle()
+    before = task_ids(dvc("queue", "status"), name)
     dvc("exp", "run", "--queue", "-n", name, *[a for o in overrides for a in ("-S", o)])
+    new = task_ids(dvc("queue", "status"), name) - before
+    if len(new) != 1:
+        raise UserError(f"queued {name}, but `dvc queue status` shows {len(new)} new tasks of that name; "
+                        "is another process queueing the same names?")
+    return new.pop()
 
 
-def run_queued(names: list[str], jobs: int, poll: float = POLL_SECONDS) -> dict[str, str]:
-    """Start `jobs` workers and wait until none of `names` is queued or running -> their states.
+def states_of(status: str, tasks: dict[str, str]) -> dict[str, str]:
+    """`dvc queue status` text, {experiment name: its task id, or its name where the id is not
+    known} -> {experiment name: state} for those the queue lists."""
+    found = queue_states(status, list(tasks.values()))
+    return {name: found[key] for name, key in tasks.items() if key in found}
+
+
+def run_queued(tasks: dict[str, str], jobs: int, poll: float = POLL_SECONDS) -> dict[str, str]:
+    """Start `jobs` workers and wait until none of `tasks` ({experiment name: task id}, as
+    queue() returns them) is queued or running -> {experiment name: state}.
     Experiments marked Running while no worker lives, LOST_POLLS polls in a row, were lost by
     the queue: a UserError names them (waiting would be forever)."""
     dvc("queue", "start", "-j", str(jobs))
-    log.info("queued %s; waiting (dvc queue status / dvc queue logs NAME show progress)", ", ".join(names))
+    log.info("queued %s; waiting (dvc queue status / dvc queue logs NAME show progress)", ", ".join(tasks))
     unrun, wait = 0, min(FIRST_POLL, poll)
     while True:
         status = dvc("queue", "status")
-        states = queue_states(status, names)
+        states = states_of(status, tasks)
         if not [n for n, s in states.items() if s in ("Queued", "Running")]:
             return states
         running = [n for n, s in states.items() if s == "Running"]
