@@ -15,7 +15,7 @@ from textclf.model.batching import (PAD_LABEL, Collator, LengthGroupedBatchSampl
 from textclf.inference.frames import sorted_batches
 from textclf.config import EvaluateParams, TrainParams
 from textclf.inference.pooling import pool_logits
-from textclf.inference.proba import inference_device, precision_for, predict_proba
+from textclf.inference.proba import inference_device, mixed_precision_here, precision_for, predict_proba
 from textclf.train.loop import (Callbacks, Span, TrainJob, fit, lr_factor, make_accelerator, make_scheduler,
                               make_train_loader, summed_loss, train_steps)
 from textclf.train.selection import EpochSelector, validation_loss
@@ -95,6 +95,20 @@ def test_precision_auto_picks_bf16_only_on_cuda_with_bf16():
     assert precision_for("auto", cuda_available=True, bf16_supported=False) == "no"
     assert precision_for("auto", cuda_available=False, bf16_supported=True) == "no"
     assert precision_for("auto", cuda_available=False, bf16_supported=False) == "no"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the warning is for CPUs; this machine trains on CUDA")
+@pytest.mark.parametrize("native", [False, True])
+def test_bf16_on_a_cpu_that_emulates_it_is_warned_about(monkeypatch, caplog, native):
+    """An AVX2-only CPU runs bf16 autocast 20x slower than float32: a user who asked bf16 to
+    go faster is told. A CPU with AVX512-BF16 (or AMX) is not warned about; auto never is."""
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: native)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    with caplog.at_level("WARNING", logger="textclf.inference.proba"):
+        assert mixed_precision_here("bf16") == "bf16" and mixed_precision_here("auto") == "no"
+    warned = [r.getMessage() for r in caplog.records]
+    assert warned == ([] if native else [warned[0]]), warned
+    assert native or "without native bf16 (no AVX512-BF16, no AMX)" in warned[0]
 
 
 def test_precision_fp32_and_bf16_are_what_they_say_and_bad_ones_fail():

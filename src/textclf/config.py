@@ -107,7 +107,7 @@ class SplitParams(Section):
 
 
 # auto: bf16 autocast on a bf16 GPU, else fp32. bf16 on a CPU is opt-in: 1.3-1.4x faster
-# training on this machine's cores, but other numbers.
+# training with AVX512-BF16, other numbers; emulated (20x slower, warned) on AVX2-only CPUs.
 Precision = Literal["auto", "fp32", "bf16"]
 
 

@@ -4,6 +4,8 @@ model all call predict_proba, so the attention mask cannot be dropped at eval ti
 """
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import torch
 from torch import nn
@@ -12,6 +14,8 @@ from textclf.inference.frames import sorted_batches
 from textclf.inference.pooling import pool_logits
 from textclf.model.batching import Collator
 from textclf.common import UserError
+
+log = logging.getLogger(__name__)
 
 
 def precision_for(setting: str, cuda_available: bool, bf16_supported: bool) -> str:
@@ -29,10 +33,23 @@ def precision_for(setting: str, cuda_available: bool, bf16_supported: bool) -> s
     return "bf16"
 
 
+def native_cpu_bf16() -> bool | None:
+    """Whether this CPU computes bf16 natively (AVX512-BF16 or AMX); None where torch cannot
+    say. torch's own probes, private: a torch without them gets None, not an error."""
+    probes = [getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
+    return None if None in probes else any(probe() for probe in probes)
+
+
 def mixed_precision_here(precision: str) -> str:
-    """precision_for on this machine's device."""
+    """precision_for on this machine's device; a warning for bf16 on a CPU that emulates it."""
     cuda = torch.cuda.is_available()
-    return precision_for(precision, cuda, cuda and torch.cuda.is_bf16_supported())
+    mixed = precision_for(precision, cuda, cuda and torch.cuda.is_bf16_supported())
+    if mixed == "bf16" and not cuda and native_cpu_bf16() is False:
+        # an AVX2-only AMD EPYC ran a BBC step in 28 s in bf16 against 1.25 s in float32 (2026-12-03)
+        log.warning("precision=bf16 on a CPU without native bf16 (no AVX512-BF16, no AMX): torch "
+                    "emulates it, many times slower than float32 (28 s a step against 1.25 s, "
+                    "docs/benchmarks.md). Set train.precision and evaluate.precision to auto.")
+    return mixed
 
 
 def inference_device(precision: str = "auto") -> tuple[torch.device, str]:
