@@ -95,3 +95,31 @@ def test_a_name_queued_again_after_it_failed_is_waited_for_not_taken_for_its_fai
     second = dvc_exps.queue("again", ["sleep=0"])
     assert second != first and dvc_exps.task_ids(dvc(queue_repo, "queue", "status"), "again") == {first, second}
     assert dvc_exps.run_queued({"again": second}, 1, poll=1) == {"again": "Success"}
+
+
+THREADS = """stages:
+  s:
+    cmd: python threads.py
+    deps: [threads.py]
+    params: [sleep]
+    metrics: [reports/metrics.json: {cache: false}]
+"""
+THREADS_PY = """import json, os
+os.makedirs("reports", exist_ok=True)
+json.dump({"threads": int(os.environ.get("OMP_NUM_THREADS", 0))}, open("reports/metrics.json", "w"))
+"""
+
+
+def test_parallel_workers_share_the_cores_between_their_experiments(queue_repo, monkeypatch):
+    """Two workers, each experiment's torch with all the cores: they spin against each other.
+    run_queued gives each worker its share through OMP_NUM_THREADS (unset, it got none)."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    (queue_repo / "dvc.yaml").write_text(THREADS)
+    (queue_repo / "threads.py").write_text(THREADS_PY)
+    subprocess.run(["git", "add", "-A"], cwd=queue_repo, check=True)
+    subprocess.run(["git", "commit", "-qm", "threads"], cwd=queue_repo, check=True)
+    tasks = {name: dvc_exps.queue(name, [f"sleep={i}"]) for i, name in enumerate(("p0", "p1"))}
+    assert dvc_exps.run_queued(tasks, 2, poll=1) == {"p0": "Success", "p1": "Success"}
+    shown = dvc_exps.experiments(dvc_exps.shown())
+    share = max(1, (os.cpu_count() or 1) // 2)
+    assert {name: shown[name]["threads"] for name in tasks} == {"p0": share, "p1": share}, shown
