@@ -302,3 +302,31 @@ def test_the_guards_judge_the_kept_epoch_at_the_tuned_thresholds(tiny_multilabel
     given = probs >= np.array([thresholds[label] for label in labels])
     assert given.any(axis=1).mean() > 0.5  # at the tuned thresholds most documents get a label
     assert guards["collapse"]["status"] == "recovered", guards["collapse"]["message"]
+
+
+def test_a_chunked_multilabel_corpus_scores_documents_not_windows(tmp_path, tiny_random_bert, monkeypatch):
+    """Multi-label with `tokenize.truncation: chunks` (issue 42 part 3, BBC's joined articles read
+    whole): every window trains on its document's label set, and evaluate, the baseline beside it
+    and the served ONNX model all score one label set per test document. TINY RANDOM BERT."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.chdir(tmp_path)
+    table = write_multilabel_table(tmp_path / "table.jsonl")
+    params = write_params(tmp_path / "params.yaml", ingest={"source": str(table), "task": "multilabel"},
+                          tokenize={"max_length": 24, "truncation": "chunks", "stride": 8},
+                          model={"name": str(tiny_random_bert)},
+                          train={"epochs": 1, "batch_size": 8, "lr_encoder": 1e-3, "lr_head": 1e-2},
+                          serve={"format": "onnx"})
+    p = ingest_tokenize_split(params)
+    splits, _ = read_token_splits("t.parquet", "sp.parquet")
+    assert len(splits["train"].input_ids) > len(set(splits["train"].doc_ids))  # several windows a document
+    assert all(sum(row) >= 1 for row in splits["train"].labels)  # multi-hot on every window
+    run_train(p)
+    run_baseline(p)
+    run_evaluate(p)
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    pred = pd.read_parquet(tmp_path / "pred.parquet")
+    test_docs = pd.read_parquet("sp.parquet").query("split == 'test'")["doc_id"]
+    assert metrics["task"] == "multilabel" and metrics["n_test"] == len(test_docs) == len(pred)
+    assert sorted(pred["doc_id"]) == sorted(test_docs)
+    assert metrics["comparison"]["model_only"] + metrics["comparison"]["baseline_only"] <= len(pred)
+    assert metrics["serving"]["format"] == "onnx" and metrics["serving"]["agreement"] == 1.0
