@@ -37,9 +37,8 @@ def native_cpu_bf16() -> bool | None:
     """Whether this CPU computes bf16 natively (AVX512-BF16 or AMX); None where torch cannot
     say. torch's own probes, private: a torch without them gets None, not an error."""
     probes = [getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
-    if any(probe is None for probe in probes):
-        return None
-    return any(bool(probe()) for probe in probes if probe is not None)
+    found = [probe for probe in probes if probe is not None]
+    return any(probe() for probe in found) if len(found) == len(probes) else None
 
 
 def mixed_precision_here(precision: str) -> str:
