@@ -10,6 +10,7 @@ onnxruntime and tokenizers, not torch or transformers, and requires only what it
 """
 
 import importlib.metadata
+import os
 from pathlib import Path
 
 import mlflow
@@ -22,6 +23,7 @@ import textclf
 
 from textclf.common import UserError, positive_int_env
 from textclf.inference.frames import TextPredictor
+from textclf.inference.rows import table_answers
 
 TEXT_COLUMN = "text"
 # Per request, so one huge request cannot hold the workers long after its client gave up
@@ -36,6 +38,12 @@ REQUIREMENTS: tuple[str, ...] = ("torch", "transformers", "tokenizers", "safeten
                                  "numpy", "pyarrow", "pyyaml", "mlflow")
 ONNX_REQUIREMENTS: tuple[str, ...] = ("onnxruntime", "tokenizers", "pandas", "numpy", "pyarrow", "mlflow")
 
+
+# Table mode, set on Spark's executors through spark_udf's extra_env (textclf.spark): every
+# row answered, an unscorable one with its skip_reason as --table does, and no request limits
+# (they guard the REST server, not a batch of a table). TABLE_MODE in the MLmodel's metadata
+# says the logged code has it.
+TABLE_ENV, TABLE_MODE = "TEXTCLF_PYFUNC_TABLE_ROWS", "textclf_table_rows"
 
 REFUSED = "TEXTCLF_REQUEST_REFUSED"  # error_class of our 400s (textclf.serve keeps their message)
 
@@ -101,6 +109,8 @@ class TextClassifier(mlflow.pyfunc.PythonModel):
         # the DataFrame hint: a `text` column, validated against the logged signature
         try:
             texts = texts_of(model_input)
+            if os.environ.get(TABLE_ENV) == "1":
+                return table_answers(texts, self.predictor)
             check_request(texts)
             return self.predictor.predict(texts)
         except UserError as err:
@@ -150,5 +160,5 @@ def log_pyfunc(model_dir: str | Path, examples: list[str], export_dir: str | Pat
                      python_model=str(PACKAGE / "inference" / "pyfunc_entry.py"),
                      artifacts=artifacts, code_paths=[str(PACKAGE)], signature=signature,
                      input_example=example, pip_requirements=pinned_requirements(requirements),
-                     model_config=review,
+                     model_config=review, metadata={TABLE_MODE: 1},
                      flavor_name="pyfunc.ModelFromCode")  # what mlflow.pyfunc.log_model records

@@ -14,9 +14,8 @@ import logging
 import sys
 from collections import Counter, deque
 from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator, Protocol
+from typing import Callable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -26,10 +25,8 @@ import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from textclf.common import UserError, atomic_path, open_parquet
-from textclf.inference.frames import PROB_PREFIX, answered_frame
-
-if TYPE_CHECKING:  # the type only: scoring imports no more than the predictor did
-    from textclf.model.calibration import Review
+from textclf.inference.frames import PROB_PREFIX
+from textclf.inference.rows import Scorer, Skip, scored
 
 log = logging.getLogger(__name__)
 
@@ -42,23 +39,6 @@ PREDICTED = ("label", "probability", "labels", "set_size", "needs_review", "skip
 # A chunk of the table (the kept columns and the text column) and, per row, a reason the
 # reader already knows it cannot be scored (None: the text decides).
 Chunk = tuple[pa.Table, list]
-
-
-class Skip(StrEnum):
-    """Why a row has no prediction: its `skip_reason`."""
-    MISSING_TEXT = "missing_text"
-    NON_STRING = "non_string"
-    EMPTY_TEXT = "empty_text"
-    MALFORMED_LINE = "malformed_line"  # a CSV row with the wrong number of fields, a line not a JSON object
-
-
-class Scorer(Protocol):
-    """What scoring needs of a predictor (PyTorch or exported): nothing else."""
-    labels: list[str]
-    thresholds: np.ndarray | None  # a multi-label model's; None: one class per text
-    review: Review | None  # prediction sets and needs_review (serve.coverage, serve.review_below)
-
-    def predict_proba(self, texts: list[str]) -> np.ndarray: ...
 
 
 @dataclass(frozen=True)
@@ -90,7 +70,7 @@ def table_format(path: Path) -> str:
     return fmt
 
 
-def _check_columns(path: Path, found: list[str], text: str, id_column: str) -> list[str]:
+def check_columns(path: str | Path, found: list[str], text: str, id_column: str) -> list[str]:
     """-> the kept columns; a one-line error for a missing or clashing column."""
     missing = [c for c in (text, id_column) if c and c not in found]
     if missing:
@@ -129,7 +109,7 @@ def open_table(path: str | Path, text: str = "text", id_column: str = "") -> Tab
 def _parquet_table(path: Path, text: str, id_column: str) -> Table:
     reader = open_parquet(path)
     schema = reader.schema_arrow
-    keep = _check_columns(path, schema.names, text, id_column)
+    keep = check_columns(path, schema.names, text, id_column)
     kind = schema.field(text).type
     value = kind.value_type if pa.types.is_dictionary(kind) else kind
     if not (pa.types.is_string(value) or pa.types.is_large_string(value) or pa.types.is_string_view(value)):
@@ -158,7 +138,7 @@ def _csv_options(fmt: str, skipped: list[int]) -> tuple[pcsv.ReadOptions, pcsv.P
 
 def _csv_table(path: Path, fmt: str, text: str, id_column: str) -> Table:
     names = pcsv.open_csv(path, *_csv_options(fmt, [])).schema.names
-    keep = _check_columns(path, names, text, id_column)
+    keep = check_columns(path, names, text, id_column)
     read = list(dict.fromkeys([*keep, text]))
 
     def chunks() -> Iterator[Chunk]:
@@ -226,7 +206,7 @@ def _jsonl_table(path: Path, text: str, id_column: str) -> Table:
         found.update(dict.fromkeys(record or ()))
     if not found:
         raise UserError(f"{path} holds no JSON object ({rows} lines); JSON Lines is one object per line.")
-    keep = _check_columns(path, list(found), text, id_column)
+    keep = check_columns(path, list(found), text, id_column)
     read = list(dict.fromkeys([*keep, text]))
 
     def chunk(records: list[dict | None]) -> Chunk:
@@ -249,27 +229,15 @@ def _jsonl_table(path: Path, text: str, id_column: str) -> Table:
     return Table(path, "jsonl", text, keep, pa.schema([(c, pa.string()) for c in keep]), rows, chunks)
 
 
-def _reason(flag: Skip | None, text: str | None) -> Skip | None:
-    if flag is not None:
-        return flag
-    if text is None:
-        return Skip.MISSING_TEXT
-    return None if text.strip() else Skip.EMPTY_TEXT
-
-
 def _predictions(table: pa.Table, flags: list, text: str, scorer: Scorer,
                  schema: pa.Schema) -> tuple[list[pa.Array], list[Skip | None]]:
     """The chunk's prediction columns (null where a row is skipped) and skip reasons."""
     texts = table.column(text).to_pylist()
-    reasons = [_reason(f, t) for f, t in zip(flags, texts)]
+    frame, reasons = scored(texts, flags, scorer)
     skipped = np.array([r is not None for r in reasons], dtype=bool)
-    ok = [t for t, s in zip(texts, skipped) if not s]
-    probs = scorer.predict_proba(ok) if ok else np.zeros((0, len(scorer.labels)), dtype=np.float32)
-    frame = answered_frame(probs, scorer.labels, scorer.thresholds, scorer.review)
-    scored = pa.Table.from_pandas(frame, schema=schema, preserve_index=False)
     index = np.zeros(len(texts), dtype=np.int64)
-    index[~skipped] = np.arange(len(ok))
-    spread = scored.take(pa.array(index, mask=skipped))
+    index[~skipped] = np.arange(len(frame))
+    spread = pa.Table.from_pandas(frame, schema=schema, preserve_index=False).take(pa.array(index, mask=skipped))
     return [*spread.columns, pa.array([r.value if r else None for r in reasons], pa.string())], reasons
 
 
