@@ -50,14 +50,15 @@ def vocabulary(rng: np.random.Generator, size: int = 5_000) -> np.ndarray:
     return np.array(["".join(rng.choice(SYLLABLES, n)) for n in counts])
 
 
-def write_table(path: Path, rows: int) -> None:
-    """`rows` rows of (id, text) written GEN_BATCH at a time, so memory stays flat here too."""
+def write_table(path: Path, rows: int, batch: int = GEN_BATCH) -> None:
+    """`rows` rows of (id, text) written `batch` at a time (a row group each), so memory stays
+    flat here too."""
     rng = np.random.default_rng(SEED)
     words = vocabulary(rng)
     schema = pa.schema([("id", pa.int64()), ("text", pa.string())])
     with pq.ParquetWriter(path, schema) as writer:
-        for start in range(0, rows, GEN_BATCH):
-            n = min(GEN_BATCH, rows - start)
+        for start in range(0, rows, batch):
+            n = min(batch, rows - start)
             lengths = rng.integers(6, 25, n)
             texts: list[str | None] = [" ".join(rng.choice(words, k)) for k in lengths]
             for i in np.flatnonzero(rng.random(n) < 0.02):
