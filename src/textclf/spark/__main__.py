@@ -2,7 +2,7 @@
 
     python -m textclf.spark models:/textclf@champion in.parquet --out preds/ --master 'local[2]'
     spark-submit --master spark://head:7077 scripts/spark_score.py models:/textclf@champion \\
-        s3://bucket/tickets/ --format parquet --out s3://bucket/preds/
+        s3a://bucket/tickets/ --format parquet --out s3a://bucket/preds/
 
 Reads Parquet, CSV, TSV or JSON Lines from any path Spark reads and writes a folder of Parquet
 partitions with `--table`'s columns (docs/spark_scoring.md): the input's columns (or the
@@ -66,8 +66,8 @@ def logged_model(model: str):
     metadata = yaml.safe_load((folder / "MLmodel").read_text()).get("metadata") or {}
     if TABLE_MODE not in metadata:
         raise UserError(f"{model} was logged by a textclf that cannot answer a table's rows on Spark "
-                        "(it refuses a batch with one empty text); log it again: `dvc repro evaluate` "
-                        "after a change, or train it anew, then score the new version.")
+                        "(it refuses a batch with one empty text); log it again with this textclf "
+                        "(`dvc repro --force evaluate` logs the served model anew) and score that one.")
     return folder, load_predictor(str(folder))
 
 
