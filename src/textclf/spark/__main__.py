@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import time
 
 from textclf.common import UserError, run_stage, setup_logging
 from textclf.inference.loading import load_predictor
@@ -82,9 +83,12 @@ def executor_env(task_cpus: str) -> dict[str, str]:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     setup_logging()
+    started = time.monotonic()
     folder, predictor = logged_model(args.model)  # before Spark starts: a bad URI costs seconds
     answers = answer_schema(predictor)
     spark = session(args.master, args.batch_rows)
+    log.info("Spark %s (%s) up %.1f s after the start, the model fetched and loaded first",
+             spark.version, spark.sparkContext.master, time.monotonic() - started)
     try:
         score(spark, args, str(folder), answers)
     finally:
@@ -105,6 +109,7 @@ def score(spark, args: argparse.Namespace, model_folder: str, answers) -> None:
                                   env_manager=args.env_manager,
                                   extra_env=executor_env(spark.conf.get("spark.task.cpus", "1")))
     scored = answered(table, udf, keep, [f.name for f in answers], args.text_column, args.format)
+    started = time.monotonic()
     try:
         scored.write.parquet(args.out)
     except Exception as err:  # py4j's and pyspark's own; the folder must not look written
@@ -114,8 +119,8 @@ def score(spark, args: argparse.Namespace, model_folder: str, answers) -> None:
               for r in spark.read.parquet(args.out).groupBy("skip_reason").count().collect()}
     write_marker(spark, args.out, {"model": args.model, "input": args.input, "rows": counts})
     skips = ", ".join(f"{r} {n}" for r, n in sorted(counts.items()) if r != "scored") or "none"
-    log.info("scored %d of %d rows of %s into %s; skipped: %s", counts.get("scored", 0),
-             sum(counts.values()), args.input, args.out, skips)
+    log.info("scored %d of %d rows of %s into %s in %.1f s; skipped: %s", counts.get("scored", 0),
+             sum(counts.values()), args.input, args.out, time.monotonic() - started, skips)
 
 
 def answered(table, udf, keep: list[str], names: list[str], text_column: str, fmt: str):
