@@ -107,7 +107,11 @@ def spark_type(kind: pa.DataType) -> str:
 def _fs(spark, path: str):
     jvm = spark.sparkContext._jvm
     where = jvm.org.apache.hadoop.fs.Path(path)
-    return where.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()), where
+    try:
+        return where.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()), where
+    except Exception as err:  # py4j's Py4JJavaError: no file system for the scheme, its jar missing
+        raise UserError(f"Spark cannot reach {path} ({causes(err)[0]}); s3a:// needs "
+                        "hadoop-aws on the classpath (docs/spark_scoring.md, S3).") from None
 
 
 def out_exists(spark, out: str) -> bool:
@@ -135,12 +139,17 @@ def first_line(err: BaseException) -> str:
     return text.splitlines()[0] if text else type(err).__name__
 
 
+def causes(err: BaseException) -> list[str]:
+    """The "module.Error: text" lines of a JVM or Python worker trace inside `err`'s message,
+    in order (the message's first line where there are none)."""
+    found = re.findall(r"^[\s:]*((?:[\w.]+\.)?\w*(?:Error|Exception): .+)$", str(err), re.MULTILINE)
+    return [c.strip() for c in found] or [first_line(err)]
+
+
 class SparkJobFailed(UserError):
     """A job that failed on the executors: the Python error that ended it, in one line."""
 
     @classmethod
     def from_error(cls, err: BaseException, out: str) -> "SparkJobFailed":
-        # the worker's traceback is inside the JVM's message: its last "module.Error: text" line
-        causes = re.findall(r"^\s*((?:[\w.]+\.)?\w*(?:Error|Exception): .+)$", str(err), re.MULTILINE)
-        cause = causes[-1].strip() if causes else first_line(err)
-        return cls(f"the Spark job failed and nothing was left in {out}: {cause}")
+        # the worker's traceback is inside the JVM's message: its last such line
+        return cls(f"the Spark job failed and nothing was left in {out}: {causes(err)[-1]}")
