@@ -162,6 +162,8 @@ def test_bad_inputs_are_one_line_each(int8_champion, tmp_path, monkeypatch):
         spark_cli.main([*run, str(tmp_path / "c")])
     with pytest.raises(UserError, match="Spark cannot reach nosuch://bucket/out"):
         spark_cli.main([*run, "nosuch://bucket/out"])
+    with pytest.raises(UserError, match=r"nosuch://bucket/in.parquet could not be read \(.*nosuch"):
+        spark_cli.main(["models:/tiny@champion", "nosuch://bucket/in.parquet", "--out", str(tmp_path / "e")])
     with pytest.raises(UserError, match="could not be read as parquet"):
         spark_cli.main(["models:/tiny@champion", str(tmp_path / "none.parquet"), "--master", "local[1]",
                         "--out", str(tmp_path / "d")])

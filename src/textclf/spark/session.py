@@ -74,6 +74,7 @@ def read_table(spark, path: str, fmt: str, text: str):
     """The input as a DataFrame, as --table reads it: every CSV/TSV column a string, a header
     row, quoted fields over several lines in CSV, no quoting in TSV; JSON Lines' malformed
     lines kept in `_corrupt_record`. A missing path or a text column that is not text: one line."""
+    from py4j.protocol import Py4JJavaError
     from pyspark.errors import AnalysisException
 
     try:
@@ -92,6 +93,9 @@ def read_table(spark, path: str, fmt: str, text: str):
     except AnalysisException as err:
         raise UserError(f"{path} could not be read as {fmt} ({first_line(err)}); pass a table Spark "
                         "can read, and --format where the name does not say it.") from None
+    except Py4JJavaError as err:  # a file system Spark lacks: s3a:// without hadoop-aws
+        raise UserError(f"{path} could not be read ({causes(err)[0]}); s3a:// needs hadoop-aws on "
+                        "the classpath (docs/spark_scoring.md, S3).") from None
     kinds = dict(table.dtypes)
     if text in kinds and kinds[text] != "string":
         raise UserError(f"{path}: column {text!r} holds {kinds[text]}, not text; name the text column "
