@@ -23,8 +23,8 @@ from textclf.inference.loading import load_predictor
 from textclf.inference.model_uri import pyfunc_folder
 from textclf.inference.serving import TABLE_ENV, TABLE_MODE
 from textclf.inference.table_scores import CHUNK_ROWS, answer_schema, check_columns
-from textclf.spark.session import (CORRUPT, MARKER, SparkJobFailed, out_exists, read_table, remove, session,
-                                   spark_type, write_marker)
+from textclf.spark.session import (CORRUPT, MARKER, SPARK_TYPES, SparkJobFailed, out_exists, read_table, remove,
+                                   session, write_marker)
 
 log = logging.getLogger("textclf.spark")
 FORMATS = {".parquet": "parquet", ".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl"}
@@ -52,8 +52,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.format is None:
         suffix = os.path.splitext(args.input.rstrip("/"))[1].lower()
         if suffix not in FORMATS:
-            raise UserError(f"{args.input}: cannot tell its format from the name; pass --format "
-                            f"{' or '.join(sorted(set(FORMATS.values())))}.")
+            raise UserError(f"{args.input}: cannot tell its format from the name; pass --format, one of "
+                            f"{', '.join(sorted(set(FORMATS.values())))}.")
         args.format = FORMATS[suffix]
     return args
 
@@ -104,7 +104,7 @@ def score(spark, args: argparse.Namespace, model_folder: str, answers) -> None:
     table = read_table(spark, args.input, args.format, args.text_column)
     columns = [c for c in table.columns if c != CORRUPT]
     keep = check_columns(args.input, columns, args.text_column, args.id_column)
-    fields = [f"{f.name} {spark_type(f.type)}" for f in answers] + ["skip_reason string"]
+    fields = [f"{f.name} {SPARK_TYPES[f.type]}" for f in answers] + ["skip_reason string"]
     udf = mlflow.pyfunc.spark_udf(spark, model_folder, result_type=", ".join(fields),
                                   env_manager=args.env_manager,
                                   extra_env=executor_env(spark.conf.get("spark.task.cpus", "1")))

@@ -18,6 +18,7 @@ CORRUPT = "_corrupt_record"  # Spark's column for a malformed CSV row or JSON li
 MARKER = "_textclf_scored.json"  # written last: a folder without it is not a finished scoring
 # The project's S3 settings (docs/team_setup.md) as Hadoop's s3a settings; s3:// is s3a too.
 S3_ENDPOINT_ENVS = ("MLFLOW_S3_ENDPOINT_URL", "AWS_ENDPOINT_URL")
+# an answer column's Arrow type -> Spark DDL
 SPARK_TYPES = {pa.string(): "string", pa.float64(): "double", pa.int64(): "bigint",
                pa.bool_(): "boolean", pa.list_(pa.string()): "array<string>"}
 
@@ -101,11 +102,6 @@ def read_table(spark, path: str, fmt: str, text: str):
         raise UserError(f"{path}: column {text!r} holds {kinds[text]}, not text; name the text column "
                         "with --text-column.")
     return table
-
-
-def spark_type(kind: pa.DataType) -> str:
-    """An answer column's Arrow type -> Spark DDL."""
-    return SPARK_TYPES[kind]
 
 
 def _fs(spark, path: str):
