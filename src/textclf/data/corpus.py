@@ -167,11 +167,11 @@ def _group_near_duplicates(ledger: Ledger, order: np.ndarray, params: NearDuplic
                    num_perm=params.num_perm, conflicts=params.conflicts,
                    **_near_duplicate_summary(paths, found, members))
     mixed = [m for m in members if len({labels[k] for k in m}) > 1]
-    section["near_duplicate_mixed_groups"] = len(mixed)
-    section["near_duplicate_mixed_documents"] = sum(map(len, mixed))
     section["mixed_label_groups"] = [  # group: the corpus's `group` id of the documents kept
         {"group": doc_id(paths[m[0]]), "labels": sorted({labels[k] for k in m}), "paths": [paths[k] for k in m],
          "action": "dropped" if params.conflicts == "drop" else "kept"} for m in mixed]
+    section["near_duplicate_mixed_groups"] = len(mixed)  # new keys go last: scripts read the others in order
+    section["near_duplicate_mixed_documents"] = sum(map(len, mixed))
     keep = np.ones(len(order), bool)
     if params.conflicts == "drop":
         for m in mixed:

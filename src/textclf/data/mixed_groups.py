@@ -40,8 +40,8 @@ def together(table: pd.DataFrame) -> pd.DataFrame:
 
 def mixed_groups(table: pd.DataFrame) -> pd.DataFrame:
     """A label-issues table -> one row per mixed-label group (group, split, documents: "path
-    (label)" joined by JOIN, flagged, quality: its least), the least quality first."""
-    mixed = table[table["group_labels"] != ""]
+    (label)" in path order joined by JOIN, flagged, quality: its least), the least quality first."""
+    mixed = table[table["group_labels"] != ""].sort_values("source_path", kind="stable")
     named = mixed.assign(document=mixed["source_path"] + " (" + mixed["given"].astype(str) + ")")
     rows = named.groupby("group", sort=True).agg(split=("split", "first"), documents=("document", JOIN.join),
                                                  flagged=("flagged", "sum"), quality=("quality", "min"))
