@@ -16,6 +16,7 @@ if str(REPO) not in sys.path:  # `stages` is not an installed package
 
 from stages import ingest  # noqa: E402
 from textclf.common import UserError  # noqa: E402
+from textclf.config import NearDuplicateParams  # noqa: E402
 from textclf.data.corpus import build_corpus  # noqa: E402
 from textclf.data.corrections import read_corrections  # noqa: E402
 from textclf.data.ingest_report import lost_line  # noqa: E402
@@ -34,8 +35,8 @@ def corrections(tmp_path: Path, text: str):
     return read_corrections(path)
 
 
-def corpus(source: Path = SAMPLE, fixes=None):
-    return build_corpus(source, MAX, MIN, corrections=fixes)
+def corpus(source: Path = SAMPLE, fixes=None, conflicts: str = "keep"):
+    return build_corpus(source, MAX, MIN, NearDuplicateParams(conflicts=conflicts), corrections=fixes)
 
 
 def test_a_relabel_and_a_drop_are_applied_and_accounted(tmp_path):
@@ -174,9 +175,10 @@ def _write(folder: Path, text: str) -> Path:
     return folder / "fixes.csv"
 
 
-def test_a_relabelled_near_duplicate_whose_group_keeps_the_old_label_is_refused(tmp_path):
+def test_a_relabelled_near_duplicate_whose_group_keeps_the_old_label_is_refused_under_drop(tmp_path):
     """conflicts: drop would drop the corrected document with its near-copy: the correction
-    would remove the text it meant to relabel."""
+    would remove the text it meant to relabel. Under keep (the default) the group stays, with
+    two labels, for the label review."""
     source = tmp_path / "src"
     shutil.copytree(SAMPLE, source)
     words = (source / "business" / "01.txt").read_text(encoding="utf-8").split()
@@ -184,6 +186,11 @@ def test_a_relabelled_near_duplicate_whose_group_keeps_the_old_label_is_refused(
     (source / "business" / "17.txt").write_text(" ".join(words), encoding="utf-8")
     with pytest.raises(UserError, match=r"relabels business/01.txt 'tech', but its near-duplicate\(s\) "
                                         r"business/17.txt keep another label"):
-        corpus(source, corrections(tmp_path, "doc,label\nbusiness/01.txt,tech\n"))
-    _, report = corpus(source, corrections(tmp_path, "doc,label\nbusiness/01.txt,tech\nbusiness/17.txt,tech\n"))
+        corpus(source, corrections(tmp_path, "doc,label\nbusiness/01.txt,tech\n"), conflicts="drop")
+    _, report = corpus(source, corrections(tmp_path, "doc,label\nbusiness/01.txt,tech\nbusiness/17.txt,tech\n"),
+                       conflicts="drop")
     assert report["relabelled_by_corrections"]["count"] == 2 and report["skipped"] == {}
+    table, report = corpus(source, corrections(tmp_path, "doc,label\nbusiness/01.txt,tech\n"))
+    assert report["skipped"] == {} and report["near_duplicates"]["near_duplicate_mixed_groups"] == 1
+    pair = table.set_index("source_path").loc[["business/01.txt", "business/17.txt"]]
+    assert pair["label"].tolist() == ["tech", "business"] and pair["group"].nunique() == 1

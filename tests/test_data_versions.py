@@ -26,7 +26,8 @@ from test_registry import PASS, logged_runs
 
 def prepare_version(tmp, corpus, seed: int) -> list[str]:
     """Ingest, tokenize and split `corpus` with split.seed `seed` (files c/t/sp.parquet)."""
-    params = write_params(tmp / "params.yaml", ingest={"source": str(corpus)}, split={"seed": seed},
+    params = write_params(tmp / "params.yaml", ingest={"source": str(corpus), "near_duplicates": {"conflicts": "drop"}},
+                          split={"seed": seed},
                           train={"epochs": 3, "lr_encoder": 1e-4, "lr_head": 1e-2})
     return ingest_tokenize_split(params)
 

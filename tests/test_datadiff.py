@@ -30,8 +30,8 @@ def test_a_tag_whose_dvc_lock_predates_its_data_is_refused_and_a_dropped_documen
     repo = copy_repo(tmp_path / "repo")
     raw = repo / "data" / "raw"
     shutil.copytree(REPO / "data" / "sample", raw)
-    write_params(repo / "params.yaml", ingest={"source": "data/raw"}, tokenize={"max_length": 64},
-                 model={"name": str(tiny_random_bert)})
+    write_params(repo / "params.yaml", ingest={"source": "data/raw", "near_duplicates": {"conflicts": "drop"}},
+                 tokenize={"max_length": 64}, model={"name": str(tiny_random_bert)})
     dvc(repo, "add", "data/raw")
     dvc(repo, "repro", "split")
     commit(repo, "data v1", "data-v1")  # the order that works: dvc add, dvc repro, commit, tag

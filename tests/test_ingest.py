@@ -444,7 +444,7 @@ def test_demo_report_keys_stay_in_order():
     assert list(report["near_duplicates"]) == [
         "enabled", "threshold", "shingle_size", "num_perm", "conflicts", "candidate_pairs",
         "checked_pairs", "linked_pairs", "lsh_bands", "groups", "documents_in_groups", "group_sizes",
-        "top_pairs", "mixed_label_groups"]
+        "top_pairs", "mixed_label_groups", "near_duplicate_mixed_groups", "near_duplicate_mixed_documents"]
     assert report["source"] == str(REPO / "data" / "sample") and report["files_seen"] == report["kept"] == 80
 
 

@@ -6,6 +6,7 @@ import logging
 
 import pandas as pd
 
+from textclf.config import NearDuplicateParams
 from textclf.data.corpus import build_corpus
 from textclf.data.ingest_report import LOST_WARN, lost_line
 from textclf.data.tables import Columns
@@ -51,7 +52,7 @@ def test_a_near_duplicate_conflict_drop_warns_above_the_threshold_only(tmp_path,
     for n, warns in ((40, False), (20, True)):
         caplog.clear()
         with caplog.at_level(logging.INFO):
-            _, report = build_corpus(corpus(n), 10_000, 2)
+            _, report = build_corpus(corpus(n), 10_000, 2, NearDuplicateParams(conflicts="drop"))
         assert report["skipped"] == {"near_duplicate_conflict": 2}
         warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
         assert warned == ([f"ingest dropped 2 of {n} files (10.0%, above 5%): near_duplicate_conflict 2; "

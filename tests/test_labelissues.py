@@ -3,6 +3,7 @@ documents prefilled with the suggestions, `accept` turns the edited sheet into c
 ingest applies; conflicts and foreign tables are refused in one line."""
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 
@@ -12,11 +13,13 @@ import pytest
 from textclf.common import UserError
 from textclf.data.corpus import build_corpus
 from textclf.data.corrections import read_corrections
+from textclf.data.mixed_groups import other_labels
 from textclf.labelissues import main
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "data" / "sample"
-SHEET = ["doc_id", "source_path", "split", "given", "suggested", "quality", "snippet", "label"]
+SHEET = ["doc_id", "source_path", "split", "given", "suggested", "quality", "group", "group_labels", "snippet",
+         "label"]
 
 
 def write_issues(corpus: pd.DataFrame, path: Path, suspects: dict[str, str]) -> Path:
@@ -27,6 +30,8 @@ def write_issues(corpus: pd.DataFrame, path: Path, suspects: dict[str, str]) -> 
     table["flagged"] = table["source_path"].isin(suspects)
     table["quality"] = table["flagged"].map({True: 0.05, False: 0.9})
     table["judged_by"] = "baseline"
+    table["group"] = corpus["group"]
+    table["group_labels"] = other_labels(corpus["group"].to_numpy(), corpus["label"].to_numpy())
     table.sort_values("quality", kind="stable").to_parquet(path, index=False)
     return path
 
@@ -50,6 +55,32 @@ def test_review_lists_the_flagged_documents_prefilled_with_the_suggestions(revie
     first = table.set_index("source_path").loc["business/01.txt"]
     text = corpus.set_index("source_path").loc["business/01.txt", "text"]
     assert first["given"] == "business" and first["snippet"] == " ".join(text.split())[:200]
+
+
+def test_review_lists_each_document_of_a_mixed_label_group_with_its_group(tmp_path):
+    """A near-copy of a business story filed under tech: ingest keeps both (the default), and
+    the review lists them, flagged or not, side by side with their group and the other label."""
+    source = tmp_path / "src"
+    shutil.copytree(SAMPLE, source)
+    words = (source / "business" / "01.txt").read_text(encoding="utf-8").split()
+    words[len(words) // 2] = "indeed"
+    (source / "tech" / "copy.txt").write_text(" ".join(words), encoding="utf-8")
+    corpus, _ = build_corpus(source, 1_000_000, 5)
+    corpus.to_parquet(tmp_path / "corpus.parquet", index=False)
+    issues = write_issues(corpus, tmp_path / "issues.parquet", {"sport/02.txt": "politics", "tech/copy.txt": "business"})
+    sheet = tmp_path / "review.csv"
+    main(["review", "--issues", str(issues), "--corpus", str(tmp_path / "corpus.parquet"), "--out", str(sheet)])
+    table = pd.read_csv(sheet, keep_default_na=False)
+    assert list(table.columns) == SHEET
+    group = corpus.set_index("source_path").loc["business/01.txt", "group"]
+    # the flagged, worst first (a tie: corpus order), the flagged copy's unflagged near-duplicate beside it
+    assert table["source_path"].tolist() == ["sport/02.txt", "tech/copy.txt", "business/01.txt"]
+    assert table["group"].tolist() == ["", group, group]
+    assert table["group_labels"].tolist() == ["", "business", "tech"]
+    everything = tmp_path / "all.csv"
+    main(["review", "--all", "--issues", str(issues), "--corpus", str(tmp_path / "corpus.parquet"), "--out",
+          str(everything)])
+    assert pd.read_csv(everything)["source_path"].tolist()[:3] == ["sport/02.txt", "tech/copy.txt", "business/01.txt"]
 
 
 def test_accept_writes_the_decisions_that_ingest_applies(reviewed):

@@ -16,7 +16,7 @@ from textclf.config import NearDuplicateParams
 from textclf.data.corpus import build_corpus
 from textclf.data.near_dups import (MAX_MISS, SKETCH_MISS, candidate_pairs, find_groups, lsh_bands,
                                     min_agreement, shingle_hashes, shingles)
-from textclf.data.splitting import allocate, stratified_split
+from textclf.data.splitting import allocate, stable_split, stratified_split
 
 from conftest import BBC, REPO, write_params
 
@@ -131,6 +131,47 @@ def test_threshold_param_changes_what_is_grouped(tmp_path):
     assert groups(0.5) == [["politics/212.txt", "politics/329.txt"], ["sport/424.txt", "sport/511.txt"]]
     assert groups(0.8) == [["politics/212.txt", "politics/329.txt"]]
     assert groups(1.0) == []
+
+
+def look_alikes(tmp_path: Path) -> Path:
+    """The demo corpus plus a near-copy of business/01.txt filed under tech (one word changed),
+    and an exact copy of sport/02.txt filed under politics."""
+    sample = REPO / "data" / "sample"
+    files = {p.relative_to(sample).as_posix(): p.read_text(encoding="utf-8") for p in sample.glob("*/*.txt")}
+    words = files["business/01.txt"].split()
+    words[len(words) // 2] = "indeed"
+    files["tech/near_copy.txt"] = " ".join(words)
+    files["politics/exact_copy.txt"] = files["sport/02.txt"]
+    return write_corpus(tmp_path / "c", files)
+
+
+def test_by_default_a_near_duplicate_pair_with_two_labels_is_kept_grouped_and_counted(tmp_path):
+    """params.yaml's default (conflicts: keep): the near-copy and its original stay, each with
+    its label, in one group and so in one split, counted; the exact copy under another label is
+    a real conflict, dropped with its original (conflicting_label) and counted; the report adds up."""
+    default = NearDuplicateParams()
+    assert default.conflicts == "keep"
+    frame, report = build_corpus(look_alikes(tmp_path), 1_000_000, 5, default)
+    pair = frame.set_index("source_path").loc[["business/01.txt", "tech/near_copy.txt"]]
+    assert pair["label"].tolist() == ["business", "tech"] and pair["group"].nunique() == 1
+    nd = report["near_duplicates"]
+    assert nd["near_duplicate_mixed_groups"] == 1 and nd["near_duplicate_mixed_documents"] == 2
+    assert nd["mixed_label_groups"] == [{"group": pair["group"].iloc[0], "labels": ["business", "tech"],
+                                         "paths": ["business/01.txt", "tech/near_copy.txt"], "action": "kept"}]
+    assert report["skipped"] == {"conflicting_label": 2}
+    assert report["conflicts"][0]["paths"] == ["politics/exact_copy.txt", "sport/02.txt"]
+    assert report["files_seen"] == 82 == report["kept"] + 2 and report["kept"] == len(frame) == 80
+    split, _ = stable_split(frame, FRACTIONS, seed=42)
+    assert split[split["doc_id"].isin(pair["doc_id"])]["split"].nunique() == 1
+
+
+def test_conflicts_drop_still_drops_the_whole_group(tmp_path):
+    frame, report = build_corpus(look_alikes(tmp_path), 1_000_000, 5, NearDuplicateParams(conflicts="drop"))
+    assert not frame["source_path"].isin(["business/01.txt", "tech/near_copy.txt"]).any()
+    assert report["skipped"] == {"conflicting_label": 2, "near_duplicate_conflict": 2}
+    assert report["near_duplicates"]["near_duplicate_mixed_groups"] == 1
+    assert report["near_duplicates"]["mixed_label_groups"][0]["action"] == "dropped"
+    assert report["files_seen"] == report["kept"] + 4 and report["kept"] == len(frame) == 78
 
 
 @needs_bbc

@@ -179,6 +179,26 @@ def test_a_class_that_would_miss_a_split_gets_the_fewest_groups_moved():
     assert big["split"].tolist() == raw("k-" + big["group"], seed)  # nothing else moved
 
 
+def test_a_class_found_only_in_mixed_label_groups_gets_every_split():
+    """ingest.near_duplicates.conflicts: keep (the default) keeps groups with two labels. A class
+    whose documents all sit in groups that another class outnumbers (each group: two `big`, one
+    `minor`) is repaired like any class, by moving one of its groups, and the move takes no
+    split's last group of `big` or `other`."""
+    frame = keyed(corpus({"big": 200, "other": 200}))
+    mixed = pd.DataFrame([(f"m{g}-{k}", label, f"hash-m{g}-{k}", f"m{g}")
+                          for g in range(4) for k, label in enumerate(["big", "big", "minor"])],
+                         columns=["doc_id", "label", "content_hash", "group"])
+    frame = pd.concat([frame, keyed(mixed)], ignore_index=True)
+
+    def raw(keys: list[str], seed: int) -> set[str]:  # the sides before any repair
+        return {SPLITS[i] for i in _cut(np.array([bucket(k, seed) for k in keys]), FRACTIONS)}
+    seed = next(s for s in range(100) if len(raw([f"k-m{g}" for g in range(4)], s)) < 3)
+    out, moves = stable_split(frame, FRACTIONS, seed)  # was: "class 'minor' ... too few to give split(s)"
+    assert set(out.loc[out["label"] == "minor", "split"]) == set(SPLITS)
+    assert {m["label"] for m in moves} == {"minor"} and len(moves) == 3 - len(raw([f"k-m{g}" for g in range(4)], seed))
+    assert out.groupby("group")["split"].nunique().max() == 1
+
+
 def test_a_corpus_without_split_keys_asks_for_a_fresh_ingest():
     with pytest.raises(ValueError, match="no `split_key` column.*rerun ingest"):
         stable_split(corpus({"a": 10, "b": 10}), FRACTIONS, seed=0)

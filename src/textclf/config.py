@@ -31,7 +31,10 @@ class NearDuplicateParams(Section):
     threshold: float = ranged(0.5, 0.5, 1.0)
     num_perm: int = ranged(128, 16, 1024)  # MinHash slots; only LSH recall depends on it, the Jaccard check is exact
     shingle_size: int = ranged(5, 1, 16)  # words per shingle
-    conflicts: Literal["drop", "keep"] = "drop"  # drop: every document of a group with two labels
+    # keep: a group whose documents carry two labels stays, in one split, each document with its
+    # label, listed for review (labels stage); drop: all its documents go (near_duplicate_conflict).
+    # Look-alikes with two labels are often the pairs that teach two classes apart (issue 50).
+    conflicts: Literal["drop", "keep"] = "keep"
 
 
 @dataclass(frozen=True)

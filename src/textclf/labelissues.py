@@ -6,7 +6,10 @@
 
 `review` reads reports/label_issues.parquet (the labels stage) and the corpus (a snippet of each
 text) and writes a CSV to open in a spreadsheet: doc_id, source_path, split, given, suggested,
-quality, snippet, and `label`, prefilled with the suggestion. Edit `label` (a class, several
+quality, group and group_labels (a near-duplicate group that holds two labels: its id, and the
+labels its other documents carry), snippet, and `label`, prefilled with the suggestion. It lists
+the flagged documents and every document of a mixed-label group (ingest keeps such groups:
+ingest.near_duplicates.conflicts: keep), worst first, a group's rows together. Edit `label` (a class, several
 joined by "|" for a multi-label corpus, `drop`, or blank for undecided) and save it as CSV.
 `accept` adds each decided row whose label differs from the given one to the corrections file
 (doc = the source_path); a row that contradicts a correction already there stops it in one line,
@@ -23,6 +26,7 @@ from pathlib import Path
 import pandas as pd
 
 from textclf.common import UserError, atomic_path, run_stage, setup_logging
+from textclf.data.mixed_groups import together
 
 log = logging.getLogger("labelissues")
 
@@ -30,7 +34,8 @@ ISSUES = "reports/label_issues.parquet"
 CORPUS = "data/interim/corpus.parquet"
 CORRECTIONS = "data/corrections.csv"
 REVIEW = "label_review.csv"
-NEEDED = ("doc_id", "source_path", "split", "given", "suggested", "quality", "flagged")
+NEEDED = ("doc_id", "source_path", "split", "given", "suggested", "quality", "flagged", "group", "group_labels")
+SHEET = ["doc_id", "source_path", "split", "given", "suggested", "quality", "group", "group_labels"]
 SNIPPET = 200  # characters of each text in the review file
 
 
@@ -40,7 +45,8 @@ def _read_issues(path: str) -> pd.DataFrame:
     table = pd.read_parquet(path)
     missing = [c for c in NEEDED if c not in table]
     if missing:
-        raise UserError(f"{path} has no column(s) {missing}: it is no label-issues table; rerun `dvc repro labels`.")
+        raise UserError(f"{path} has no column(s) {missing}: it is no label-issues table of this version; rerun "
+                        "`dvc repro labels`.")
     return table
 
 
@@ -48,7 +54,8 @@ def review(issues: str, corpus: str, out: str, everything: bool = False) -> int:
     """The review CSV at `out` -> how many documents it lists (flagged ones, or `everything`)."""
     table = _read_issues(issues)
     if not everything:
-        table = table[table["flagged"].astype(bool)]
+        table = table[table["flagged"].astype(bool) | (table["group_labels"] != "")]
+    table = together(table.sort_values("quality", kind="stable"))  # worst first, a group's rows together
     if not Path(corpus).is_file():
         raise UserError(f"{corpus} does not exist: the review quotes each text from the corpus ingest wrote "
                         "(`dvc repro ingest`, or give --corpus).")
@@ -58,12 +65,13 @@ def review(issues: str, corpus: str, out: str, everything: bool = False) -> int:
         raise UserError(f"{issues} names {len(unknown)} document(s) {corpus} does not hold (e.g. "
                         f"{unknown.iloc[0]}): they are of another data version; rerun `dvc repro labels`.")
     snippet = texts.reindex(table["doc_id"]).map(lambda t: " ".join(t.split())[:SNIPPET]).to_numpy()
-    sheet = table[list(NEEDED[:6])].sort_values("quality", kind="stable").assign(snippet=snippet)
+    sheet = table[SHEET].assign(group=table["group"].where(table["group_labels"] != "", ""), snippet=snippet)
     sheet["label"] = sheet["suggested"]
     with atomic_path(out) as tmp:
         sheet.to_csv(tmp, index=False, float_format="%.4f")
-    log.info("%s: %d document(s) to review; edit the `label` column (a class, `drop`, or blank), then "
-             "`python -m textclf.labelissues accept %s`", out, len(sheet), out)
+    log.info("%s: %d document(s) to review (%d in near-duplicate groups with two labels); edit the `label` "
+             "column (a class, `drop`, or blank), then `python -m textclf.labelissues accept %s`", out, len(sheet),
+             int((sheet["group_labels"] != "").sum()), out)
     return len(sheet)
 
 

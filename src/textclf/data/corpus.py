@@ -2,8 +2,10 @@
 
 Invariant, checked before returning (data.ingest_report): files (or rows) seen = kept + sum
 of every skip reason.
-Exact duplicates (after normalisation) are kept once; near-duplicates are all kept and
-share a `group`, which the split keeps together.
+Exact duplicates (after normalisation) are kept once, and a text under two labels is dropped
+(every copy: conflicting_label). Near-duplicates are all kept and share a `group`, which the split
+keeps together; a group with two labels is kept too (ingest.near_duplicates.conflicts: keep) and
+counted, or dropped whole under conflicts: drop (docs/near_duplicates.md).
 """
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ from textclf.data.ingest_report import IngestReport, SkipReason
 from textclf.data.class_sizes import check_classes, drop_small_classes
 from textclf.data.corrections import Corrections, read_corrections
 from textclf.data.labelsets import MULTILABEL, per_label
-from textclf.data.ledger import SCHEMA, Ledger
+from textclf.data.ledger import SCHEMA, Ledger, doc_id
 from textclf.data.near_dups import NearDuplicates, group_sketched, sketch_and_keys
 from textclf.data.sources import Entry, is_hidden, open_source
 from textclf.data.tables import (Columns, Row, not_tables, nothing_usable, read_rows, source_root,
@@ -141,8 +143,9 @@ def _near_duplicate_summary(paths: list[str], found: NearDuplicates, members: li
 def _group_near_duplicates(ledger: Ledger, order: np.ndarray, params: NearDuplicateParams,
                            report: IngestReport) -> tuple[np.ndarray, np.ndarray]:
     """-> (the documents still kept, as ledger indices in corpus order; per document, the
-    position of its group's first document). A group spanning two labels is dropped whole
-    or kept, as `params.conflicts` says."""
+    position of its group's first document). A group spanning two labels is kept (each
+    document with its label; the labels stage lists it for review) or dropped whole, as
+    `params.conflicts` says; either way it is counted."""
     section: dict[str, Any] = {"enabled": params.enabled}
     report.near_duplicates = section
     if not params.enabled or len(order) == 0:  # none kept: ingest fails on the classes next
@@ -164,9 +167,11 @@ def _group_near_duplicates(ledger: Ledger, order: np.ndarray, params: NearDuplic
                    num_perm=params.num_perm, conflicts=params.conflicts,
                    **_near_duplicate_summary(paths, found, members))
     mixed = [m for m in members if len({labels[k] for k in m}) > 1]
-    section["mixed_label_groups"] = [
-        {"labels": sorted({labels[k] for k in m}), "paths": [paths[k] for k in m],
+    section["mixed_label_groups"] = [  # group: the corpus's `group` id of the documents kept
+        {"group": doc_id(paths[m[0]]), "labels": sorted({labels[k] for k in m}), "paths": [paths[k] for k in m],
          "action": "dropped" if params.conflicts == "drop" else "kept"} for m in mixed]
+    section["near_duplicate_mixed_groups"] = len(mixed)  # new keys go last: scripts read the others in order
+    section["near_duplicate_mixed_documents"] = sum(map(len, mixed))
     keep = np.ones(len(order), bool)
     if params.conflicts == "drop":
         for m in mixed:
@@ -301,8 +306,18 @@ def run_ingest(paths: IngestPaths) -> None:
     report = write_corpus(params.source, paths.corpus, params.max_bytes, params.min_per_class,
                           params.near_duplicates, columns, params.small_classes, corrections)
     write_json(paths.report, report.to_json())
-    logging.getLogger("ingest").info("seen %d %s, kept %d in %d classes, skipped %s", report.seen,
-                                     report.unit, report.kept, len(report.per_class), report.counts())
+    logging.getLogger("ingest").info("seen %d %s, kept %d in %d classes, skipped %s%s", report.seen,
+                                     report.unit, report.kept, len(report.per_class), report.counts(),
+                                     mixed_line(report.near_duplicates))
+
+
+def mixed_line(near_duplicates: dict[str, Any]) -> str:
+    """The ingest log line's count of near-duplicate groups with two labels ("" when detection is off)."""
+    if "near_duplicate_mixed_groups" not in near_duplicates:
+        return ""
+    action = "dropped" if near_duplicates["conflicts"] == "drop" else "kept, listed for review by the labels stage"
+    return (f"; near_duplicate_mixed_groups {near_duplicates['near_duplicate_mixed_groups']} "
+            f"({near_duplicates['near_duplicate_mixed_documents']} documents, {action})")
 
 
 def build_corpus(source: Path | str, max_bytes: int, min_per_class: int,

@@ -7,8 +7,10 @@ raw file), so the stable split, which places a document by its text alone, keeps
 Every bad file stops ingest in one line naming the file, the row and the fix: a file that is
 no CSV of `doc,label`, a document named twice with two answers, a document the source does not
 hold (most of them: another corpus's file), a label no class has, an exact copy of a corrected
-text left uncorrected (the copy would bring the old label back, or keep a dropped text), a
-relabelled near-duplicate whose group keeps the old label (conflicts: drop would drop it).
+text left uncorrected (the copy would bring the old label back, or keep a dropped text), and
+under ingest.near_duplicates.conflicts: drop a relabelled near-duplicate whose group keeps the
+old label (the drop would take the corrected text too; under keep, the default, the group stays
+and the labels stage lists it for review).
 """
 from __future__ import annotations
 
@@ -104,7 +106,8 @@ class Corrections:
 
     def check_groups(self, mixed: list[dict[str, Any]]) -> None:
         """A relabelled document in a near-duplicate group that ingest drops for its mixed
-        labels (ingest_report.json's mixed_label_groups): the correction would drop the text."""
+        labels (ingest_report.json's mixed_label_groups, conflicts: drop): the correction would
+        drop the text. A kept group (conflicts: keep) loses nothing, so it passes."""
         fixed = {e["path"]: e for e in self.relabelled}
         for group in (g for g in mixed if g["action"] == "dropped"):
             for path in (p for p in group["paths"] if p in fixed):

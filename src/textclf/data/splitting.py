@@ -50,8 +50,9 @@ def allocate(n: int, fractions: dict[str, float]) -> dict[str, int]:
 
 
 def group_labels(labels: pd.Series, groups: pd.Series) -> pd.Series:
-    """The stratum of each group: its most common label, ties to the first in sort order
-    (a group keeps two labels only under ingest.near_duplicates.conflicts: keep)."""
+    """The stratum of each group: its most common label, ties to the first in sort order (a
+    group keeps two labels under ingest.near_duplicates.conflicts: keep, the default; its
+    other labels' documents go where the group goes)."""
     def majority(values: pd.Series) -> str:
         counts = Counter(values)
         return min(counts, key=lambda label: (-counts[label], label))
@@ -102,23 +103,30 @@ def _distance(place: float, where: int, fractions: dict[str, float]) -> float:
     return max(edges[where] - place, place - edges[where + 1], 0.0)
 
 
-def _repair(stratum: pd.Series, places: pd.Series, split_of: pd.Series,
+def _repair(labels: pd.Series, groups: pd.Series, places: pd.Series, split_of: pd.Series,
             fractions: dict[str, float]) -> list[dict]:
-    """Move, per class missing a split, the class's group nearest to that split's interval
-    into it, taken from a split that keeps another group of the class: the fewest moves,
-    the same ones for the same corpus. -> the moves (split_of is changed in place)."""
+    """Move, per class missing a split, the group holding that class nearest to that split's
+    interval into it, taken from a split that keeps another group of each class the group
+    holds: the fewest moves, the same ones for the same corpus. A group counts for every label
+    its documents carry, so a class found only in groups whose majority is another class (a
+    mixed-label group, ingest.near_duplicates.conflicts: keep) is repaired too, and moving such
+    a group never takes the last of another class from a split. -> the moves (split_of is
+    changed in place)."""
+    held_by = pd.Series(groups.to_numpy(), index=labels.to_numpy()).groupby(level=0, sort=True).unique()
+    labels_of_group = pd.Series(labels.to_numpy(), index=groups.to_numpy()).groupby(level=0).unique()
     moves = []
-    for label, members in stratum.groupby(stratum, sort=True):
+    for label, members in held_by.items():
         for where, name in enumerate(SPLITS):
-            held = split_of[members.index]
-            if (held == where).any():
+            if (split_of[members] == where).any():
                 continue
-            per_split = held.value_counts()
-            movable = [g for g in members.index if per_split[held[g]] > 1]
+
+            def spare(g: str) -> bool:  # every class of g keeps a group in g's split without it
+                return all(((split_of[held_by[c]] == split_of[g]).sum() > 1) for c in labels_of_group[g])
+            movable = [g for g in members if spare(g)]
             if not movable:
                 continue  # too few groups: _check_every_class_everywhere names the class
             group = min(movable, key=lambda g: (_distance(places[g], where, fractions), g))
-            moves.append({"group": group, "label": label, "from": SPLITS[held[group]], "to": name})
+            moves.append({"group": group, "label": label, "from": SPLITS[split_of[group]], "to": name})
             split_of[group] = where
     return moves
 
@@ -140,7 +148,7 @@ def stable_assign(labels: pd.Series, groups: pd.Series, keys: pd.Series,
     order = labels.index.sort_values()
     labels, groups, keys = labels[order], groups[order], keys[order]
     places, split_of = stable_places(groups, keys, fractions, seed)
-    moves = _repair(group_labels(labels, groups), places, split_of, fractions)
+    moves = _repair(labels, groups, places, split_of, fractions)
     return groups.map(lambda g: SPLITS[split_of[g]]).rename("split"), moves
 
 

@@ -24,6 +24,7 @@ import pyarrow as pa
 from textclf.common import UserError, write_json, write_parquet
 from textclf.config import BaselineParams, LabelsParams, load_params
 from textclf.data.labelsets import is_multilabel, labels_of
+from textclf.data.mixed_groups import mixed_counts, other_labels
 from textclf.evaluate.baseline import BATCH, fit_and_predict, fit_hashed
 from textclf.evaluate.label_issues_multilabel import cross_fit_sets, judge_sets
 from textclf.inference.frames import PROB_PREFIX
@@ -31,7 +32,10 @@ from textclf.inference.frames import PROB_PREFIX
 log = logging.getLogger(__name__)
 
 # the table's columns, in order (issue 40's contract with the corrections command)
-COLUMNS = ["doc_id", "source_path", "split", "given", "suggested", "quality", "flagged", "judged_by"]
+# group / group_labels: its near-duplicate group, and the labels that group holds besides its own
+# ("" for most documents): a mixed-label group ingest kept is listed for review (data.mixed_groups)
+COLUMNS = ["doc_id", "source_path", "split", "given", "suggested", "quality", "flagged", "judged_by", "group",
+           "group_labels"]
 TOP_PAIRS = 10  # overlapping class pairs kept in the summary
 STAGE_OF = {"validation": "train", "test": "evaluate"}  # the stage that writes each split's predictions
 
@@ -158,7 +162,8 @@ def run_labels(paths: LabelsPaths) -> None:
     classes = sorted({c for s in set(labels.tolist()) for c in labels_of(s)} if multilabel else set(labels.tolist()))
     # multi-label: folds stratified by each document's first label (a label set is too rare a stratum)
     strata = np.array([(labels_of(s) or [""])[0] for s in labels.tolist()], dtype=object) if multilabel else labels
-    fold = fold_of(strata, corpus.column("group").to_numpy(zero_copy_only=False), cfg.folds, params.baseline.seed)
+    groups = corpus.column("group").to_numpy(zero_copy_only=False)
+    fold = fold_of(strata, groups, cfg.folds, params.baseline.seed)
     if multilabel:
         probs = cross_fit_sets(corpus.column("text").to_pylist(), labels, classes, fold, params.baseline,
                                params.train.class_weights)
@@ -180,7 +185,7 @@ def run_labels(paths: LabelsPaths) -> None:
                           "source_path": corpus.column("source_path").to_numpy(zero_copy_only=False),
                           "split": split_of(paths.splits, doc_ids), "given": labels, "suggested": suggested,
                           "quality": verdict["quality"].astype(float), "flagged": verdict["flagged"].astype(bool),
-                          "judged_by": judged_by})
+                          "judged_by": judged_by, "group": groups, "group_labels": other_labels(groups, labels)})
     # most suspect first; ties in corpus order (a stable sort), so the table is reproducible
     table = table.sort_values("quality", kind="stable").reset_index(drop=True)[COLUMNS]
     write_parquet(table, paths.table)
@@ -215,4 +220,4 @@ def summary(table: pd.DataFrame, verdict: dict, cfg: LabelsParams, classes: list
             "model_judged": sorted(set(table.loc[table["judged_by"] == "baseline+model", "split"])),
             "per_class": {c: {"documents": int(by_class.loc[c, "size"]), "flagged": int(by_class.loc[c, "sum"]),
                               "noise_rate": verdict["noise"][c]} for c in classes},
-            "overlapping": verdict["overlapping"], "test": test}
+            "overlapping": verdict["overlapping"], "test": test, "mixed_groups": mixed_counts(table)}

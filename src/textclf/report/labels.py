@@ -1,11 +1,12 @@
 """The report's label-issues blocks (stage labels, docs/label_issues.md): the label_noise
 guard in the headline area, and a section with the estimated share of wrong labels per
-class, the most suspect documents, the overlapping class pairs and what the flagged test
-documents do to the test accuracy."""
+class, the near-duplicate groups that hold two labels, the most suspect documents, the
+overlapping class pairs and what the flagged test documents do to the test accuracy."""
 from __future__ import annotations
 
 import pandas as pd
 
+from textclf.data.mixed_groups import mixed_groups
 from textclf.evaluate.metrics import metric_names
 from textclf.report.document import Block, Heading, Para, Table
 from textclf.severity import WARNING, severity
@@ -43,6 +44,7 @@ def labels_section(summary: dict, table: pd.DataFrame, corpus: pd.DataFrame) -> 
         blocks.append(Table(["class", "class", "documents in the overlap", "joint probability"],
                             [[p["a"], p["b"], p["documents"], f"{p['joint']:.4f}"]
                              for p in summary["overlapping"]]))
+    blocks += mixed_groups_blocks(summary, table)
     worst = table[table["flagged"]].head(summary["show"])
     if worst.empty:
         return blocks + [Para("No label flagged.")]
@@ -51,6 +53,23 @@ def labels_section(summary: dict, table: pd.DataFrame, corpus: pd.DataFrame) -> 
              " ".join(str(r.text).split())[:SNIPPET] + "…"] for r in worst.itertuples()]
     return blocks + [Para(f"The {len(rows)} most suspect (reports/label_issues.parquet holds every document):"),
                      Table(["document", "split", "given", "suggested", "quality", "text"], rows)]
+
+
+def mixed_groups_blocks(summary: dict, table: pd.DataFrame) -> list[Block]:
+    """The near-duplicate groups that hold two labels, kept by ingest for a person to decide;
+    nothing when there are none (or the summary predates them)."""
+    counts = summary.get("mixed_groups") or {}
+    if not counts.get("groups"):
+        return []
+    groups = mixed_groups(table)
+    shown = groups.head(summary["show"])
+    return [Para(f"**{counts['groups']} near-duplicate groups hold two labels** ({counts['documents']} documents, "
+                 f"{counts['flagged']} of them flagged): ingest kept them (`ingest.near_duplicates.conflicts: keep`), "
+                 "each group in one split, each document with its label: look-alikes that tell two classes apart, "
+                 "or a wrong label. `python -m textclf.labelissues review` lists every one of them with its group"
+                 + (f"; the {len(shown)} with the least label quality:" if len(shown) < len(groups) else ":")),
+            Table(["group", "split", "documents (label)", "flagged", "least quality"],
+                  [[r.group, r.split, r.documents, int(r.flagged), f"{r.quality:.3f}"] for r in shown.itertuples()])]
 
 
 def fmt(value: float | None) -> str:
