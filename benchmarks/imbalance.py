@@ -89,7 +89,7 @@ def run(work: Path, run_dir: Path, overrides: list[str]) -> dict:
                        "--run-file", w("run.json"), "--guards", w("guards.json"), "--baseline", w("b.json"),
                        "--baseline-predictions", w("bp.parquet"), "--corpus", c, "--export", w("export"),
                        "--data-diff", w("diff.json"), "--metrics", w("metrics.json"), "--confusion", w("conf.csv"),
-                       "--per-class", w("pc.csv"), "--predictions", w("pred.parquet")])
+                       "--per-class", w("pc.csv"), "--per-class-json", w("pc.json"), "--predictions", w("pred.parquet")])
     return collect(run_dir)
 
 

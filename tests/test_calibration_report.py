@@ -144,7 +144,7 @@ def test_labels_accuracy_and_the_comparison_are_the_same_with_and_without_calibr
                        "--run-file", "run.json", "--guards", "guards.json", "--baseline", "b.json",
                        "--baseline-predictions", "bp.parquet", "--corpus", "c.parquet", "--export", "export",
                        "--data-diff", "diff.json", "--metrics", "metrics.json", "--confusion", "conf.csv",
-                       "--per-class", "pc.csv", "--predictions", "pred.parquet", "--review-curve", "review_curve.csv"])
+                       "--per-class", "pc.csv", "--per-class-json", "pc.json", "--predictions", "pred.parquet", "--review-curve", "review_curve.csv"])
     written = pd.read_csv(folder / "review_curve.csv")  # evaluate's DVC plot: what the report draws
     pd.testing.assert_frame_equal(written, review_curve(pd.read_parquet(folder / "pred.parquet")), atol=1e-6)
     (folder / "model" / CALIBRATION_FILE).unlink()

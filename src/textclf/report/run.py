@@ -11,13 +11,13 @@ import pandas as pd
 import yaml
 
 from textclf.common import read_json
-from textclf.report import figures
-from textclf.report.document import Figure, Heading, to_html, to_markdown
+from textclf.evaluate.metrics import read_metrics
+from textclf.report.document import Heading, to_html, to_markdown
 from textclf.report.confidence import confidence_section, warning_note
 from textclf.report.labels import label_metrics, label_noise_note, labels_section
-from textclf.report.sections import (baseline_section, data_section,
-                                     data_version_section, dropped_classes, headline, lineage_section,
-                                     lost_alert, mistakes_section, results_section, serving_section)
+from textclf.report.results import baseline_section, confusion_png, confusion_section, results_section
+from textclf.report.sections import (data_section, data_version_section, dropped_classes, headline,
+                                     lineage_section, lost_alert, mistakes_section, serving_section)
 from textclf.tracking.runs import add_to_run, dataset_sources, lock_hashes, log_datasets
 from textclf.tracking.store import training_run
 
@@ -33,6 +33,7 @@ class ReportPaths:
     histogram: str
     curve: str
     metrics: str
+    per_class_json: str  # evaluate's per-class JSON, beside `metrics`
     data_diff: str
     predictions: str
     corpus: str  # a dataset of the run, by this path
@@ -49,7 +50,7 @@ class ReportPaths:
 
 def build(paths: ReportPaths, run: dict) -> tuple[list, bytes]:
     """-> (report blocks, confusion PNG)."""
-    metrics = read_json(paths.metrics)
+    metrics = read_metrics(paths.metrics, paths.per_class_json)
     lock_file = Path(paths.lock)
     datasets = dataset_sources(run) | {paths.corpus}  # the run page shows these as datasets
     hashes = lock_hashes(yaml.safe_load(lock_file.read_text()) if lock_file.is_file() else {},
@@ -66,13 +67,13 @@ def build(paths: ReportPaths, run: dict) -> tuple[list, bytes]:
     blocks += lost_alert(ingest)  # ingest dropped more than a few percent of what it saw
     blocks += data_section(ingest, read_json(paths.token_stats),
                            read_json(paths.split_counts), pd.read_csv(paths.histogram))
+    confusion = confusion_png(metrics["confusion"])
     blocks += results_section(curve, metrics)
+    blocks += confusion_section(metrics["confusion"], confusion)
     blocks += baseline_section(metrics)
     blocks += serving_section(metrics)
     blocks += data_version_section(read_json(paths.data_diff), metrics.get("registry"),
                                    read_json(paths.split_counts))
-    confusion = figures.confusion_heatmap(metrics["confusion"])
-    blocks += [Figure("confusion matrix", confusion)]
     corpus = pd.read_parquet(paths.corpus)
     blocks += mistakes_section(predictions, corpus)
     if labels:
