@@ -233,14 +233,14 @@ def run_baseline(p):
                        "--predictions", "bp.parquet"])
 
 
-def run_evaluate(p, metrics="metrics.json"):
+def run_evaluate(p, metrics="metrics.json", per_class="pc.json"):
     """The export stage, then evaluate (which checks the export and serves what passes)."""
     export.main(p + ["--model-dir", "model", "--out", "export"])
     evaluate.main(p + ["--tokens", "t.parquet", "--splits", "sp.parquet", "--model-dir", "model",
                        "--run-file", "run.json", "--guards", "guards.json", "--baseline", "b.json",
                        "--baseline-predictions", "bp.parquet", "--corpus", "c.parquet", "--export", "export",
                        "--data-diff", "diff.json", "--ingest-report", "r.json", "--metrics", metrics,
-                       "--confusion", "conf.csv", "--per-class", "pc.csv", "--per-class-json", "pc.json", "--predictions", "pred.parquet"])
+                       "--confusion", "conf.csv", "--per-class", "pc.csv", "--per-class-json", per_class, "--predictions", "pred.parquet"])
 
 
 def run_report(p: list[str]) -> None:

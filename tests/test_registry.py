@@ -12,6 +12,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from textclf.tracking.registry import SPLIT_HASH_PREFIX, SPLIT_TAG, best_version, register, split_hash
+from textclf.evaluate.metrics import read_metrics
 from textclf.severity import severity
 
 from conftest import REPO, free_port, run_baseline, run_evaluate, run_train, server, venv_env
@@ -128,7 +129,7 @@ def test_a_champion_hashed_without_labels_counts_as_another_split(tmp_path, capl
 def evaluate_run(p, tmp, guards: dict) -> dict:
     (tmp / "guards.json").write_text(json.dumps({k: {"status": v, "message": ""} for k, v in guards.items()}))
     run_evaluate(p)
-    return json.loads((tmp / "metrics.json").read_text())
+    return read_metrics(tmp / "metrics.json", tmp / "pc.json")
 
 
 def test_versions_aliases_gate_and_predict_from_champion(prepared):

@@ -48,11 +48,11 @@ class ReportPaths:
     label_summary: str | None = None
 
 
-def build(paths: ReportPaths, run: dict) -> tuple[list, bytes]:
-    """-> (report blocks, confusion PNG)."""
+def build(paths: ReportPaths, run: dict, datasets: set[str]) -> tuple[list, bytes]:
+    """The run and the sources of its datasets -> (report blocks, confusion PNG)."""
     metrics = read_metrics(paths.metrics, paths.per_class_json)
     lock_file = Path(paths.lock)
-    datasets = dataset_sources(run) | {paths.corpus}  # the run page shows these as datasets
+    datasets = datasets | {paths.corpus}  # the run page shows these as datasets
     hashes = lock_hashes(yaml.safe_load(lock_file.read_text()) if lock_file.is_file() else {},
                      running="report", datasets=datasets)
     predictions = pd.read_parquet(paths.predictions)
@@ -93,11 +93,12 @@ def ingest_tags(ingest: dict) -> dict[str, str]:
 def run(paths: ReportPaths) -> None:
     """The stage."""
     training = training_run(paths.run_file)  # fail in one line, before the work
-    blocks, confusion = build(paths, training)
+    sources = dataset_sources(training)
+    blocks, confusion = build(paths, training, sources)
     Path(paths.out_md).write_text(to_markdown(blocks), encoding="utf-8")
     Path(paths.out_html).write_text(to_html(blocks, "Training report"), encoding="utf-8")
     Path(paths.confusion_png).write_bytes(confusion)
-    if paths.corpus not in dataset_sources(training):
+    if paths.corpus not in sources:
         log_datasets(training["run_id"], {"corpus": paths.corpus}, "source")
     logged: tuple[str, ...] = (paths.out_html, paths.out_md, paths.confusion_png, paths.ingest_report)
     if paths.label_issues and paths.label_summary:
