@@ -30,7 +30,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from stages import baseline, evaluate, export, ingest, split, tokenize, train  # noqa: E402
-from textclf.evaluate.metrics import read_metrics  # noqa: E402
+from textclf.evaluate.metrics_file import read_metrics  # noqa: E402
 from textclf.multiseed import read_preset  # noqa: E402
 
 log = logging.getLogger("imbalance-benchmark")

@@ -13,7 +13,8 @@ import pandas as pd
 from textclf.data.tokens import length_histogram
 from textclf.evaluate.comparison import compare, per_class_accuracy
 from textclf.evaluate.conformal_report import review_metrics, set_metrics
-from textclf.evaluate.metrics import class_counts, split_per_class, test_metrics
+from textclf.evaluate.metrics import test_metrics
+from textclf.evaluate.metrics_file import class_counts, split_per_class
 from textclf.inference.frames import judged_frame
 from textclf.model.calibration import Review
 from textclf.report.run import ReportPaths

@@ -12,7 +12,8 @@ import pytest
 from textclf.evaluate.comparison import compare
 from textclf.evaluate.conformal_report import (REVIEW_STEPS, calibration_scores, review_curve, set_metrics,
                                                uncalibrated)
-from textclf.evaluate.metrics import brier, calibration, mlflow_metrics, read_metrics
+from textclf.evaluate.metrics import brier, calibration, mlflow_metrics
+from textclf.evaluate.metrics_file import read_metrics
 from textclf.inference.frames import judged_frame
 from textclf.model.calibration import CALIBRATION_FILE, Calibration
 from textclf.model.checksums import write_checksums

@@ -23,7 +23,7 @@ from textclf.config import parse_section
 from textclf.evaluate.champion import judge
 from textclf.data.labelsets import TASK_KEY, hot
 from textclf.evaluate.multilabel import best_threshold, multilabel_scores, set_scores, tune_thresholds
-from textclf.evaluate.metrics import read_metrics
+from textclf.evaluate.metrics_file import read_metrics
 from textclf.inference.onnx_predictor import OnnxPredictor
 from textclf.inference.predictor import Predictor
 from textclf.inference.proba import predict_proba

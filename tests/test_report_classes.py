@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from textclf.data.tokens import length_histogram
-from textclf.evaluate.metrics import read_metrics, split_per_class, with_per_class
+from textclf.evaluate.metrics_file import read_metrics, split_per_class, with_per_class
 from textclf.report.classes import SHOWN, class_table, row_shares, split_table, top_confusions
 from textclf.report.document import Figure, Heading, Table, to_html, to_markdown
 from textclf.report.figures import long_tail

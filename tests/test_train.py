@@ -13,7 +13,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from textclf.common import file_md5
-from textclf.evaluate.metrics import read_metrics
+from textclf.evaluate.metrics_file import read_metrics
 from textclf.tracking.runs import project_root, tracking_uri
 
 import conftest

@@ -18,8 +18,8 @@ from textclf.evaluate.champion import SPLITS_ARTIFACT, Challenge
 from textclf.evaluate.conformal_report import calibration_scores, review_curve, review_metrics, set_metrics
 from textclf.evaluate.comparison import compare, per_class_accuracy
 from textclf.evaluate.serving_check import check_export, served_model, serving_mlflow
-from textclf.evaluate.metrics import (calibration, class_counts, classification_scores, metric_names,
-                                      mlflow_metrics, split_per_class, test_metrics)
+from textclf.evaluate.metrics import calibration, classification_scores, metric_names, mlflow_metrics, test_metrics
+from textclf.evaluate.metrics_file import class_counts, split_per_class
 from textclf.data.labelsets import hot, label_sets
 from textclf.evaluate.multilabel import decide, multilabel_test_metrics, per_label_recall
 from textclf.inference.frames import PROB_PREFIX, judged_frame

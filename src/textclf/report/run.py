@@ -11,7 +11,7 @@ import pandas as pd
 import yaml
 
 from textclf.common import read_json
-from textclf.evaluate.metrics import read_metrics
+from textclf.evaluate.metrics_file import read_metrics
 from textclf.report.document import Heading, to_html, to_markdown
 from textclf.report.confidence import confidence_section, warning_note
 from textclf.report.labels import label_metrics, label_noise_note, labels_section
