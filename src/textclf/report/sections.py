@@ -1,6 +1,7 @@
 """The report's sections, each a list of document blocks (report.document): the headline
-(scores, the verdict against the baseline, the guards), data, results, baseline, the served
-model, near-duplicates, mistakes, params and lineage (calibration: report.confidence)."""
+(scores, the verdict against the baseline, the guards, the classes the model never answers),
+data, the served model, near-duplicates, mistakes, params and lineage (test metrics, confusion
+and baseline: report.results; calibration: report.confidence)."""
 from __future__ import annotations
 
 from typing import Sequence
