@@ -57,7 +57,7 @@ def one_run(work: Path, split_seed: int, train_seed: int, epochs: int) -> dict:
                        "--run-file", "run.json", "--guards", "guards.json", "--baseline", "b.json",
                        "--baseline-predictions", "bp.parquet", "--corpus", "c.parquet", "--export", "export",
                        "--data-diff", "diff.json", "--metrics", "m.json",
-                       "--confusion", "conf.csv", "--per-class", "pc.csv", "--predictions", "pred.parquet"])
+                       "--confusion", "conf.csv", "--per-class", "pc.csv", "--per-class-json", "pc.json", "--predictions", "pred.parquet"])
     metrics = json.loads((work / "m.json").read_text())
     curve = (work / "curve.csv").read_text().splitlines()
     header = curve[0].split(",")

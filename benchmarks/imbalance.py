@@ -30,6 +30,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from stages import baseline, evaluate, export, ingest, split, tokenize, train  # noqa: E402
+from textclf.evaluate.metrics_file import read_metrics  # noqa: E402
 from textclf.multiseed import read_preset  # noqa: E402
 
 log = logging.getLogger("imbalance-benchmark")
@@ -89,13 +90,14 @@ def run(work: Path, run_dir: Path, overrides: list[str]) -> dict:
                        "--run-file", w("run.json"), "--guards", w("guards.json"), "--baseline", w("b.json"),
                        "--baseline-predictions", w("bp.parquet"), "--corpus", c, "--export", w("export"),
                        "--data-diff", w("diff.json"), "--metrics", w("metrics.json"), "--confusion", w("conf.csv"),
-                       "--per-class", w("pc.csv"), "--predictions", w("pred.parquet")])
+                       "--per-class", w("pc.csv"), "--per-class-json", w("pc.json"), "--predictions", w("pred.parquet")])
     return collect(run_dir)
 
 
 def collect(run_dir: Path) -> dict:
-    """A finished run's metrics.json, the baseline's per-class test recall and the guard's record."""
-    metrics = json.loads((run_dir / "metrics.json").read_text())
+    """A finished run's metrics (metrics.json and its per-class pc.json), the baseline's per-class
+    test recall and the guard's record."""
+    metrics = read_metrics(run_dir / "metrics.json", run_dir / "pc.json")
     base = pd.read_parquet(run_dir / "bp.parquet")
     metrics["baseline_recall"] = {c: float((base.loc[base["label"] == c, "predicted"] == c).mean())
                                   for c in sorted(base["label"].unique())}

@@ -116,7 +116,7 @@ def per_channel(work: Path, p: list[str], evaluate) -> dict:
                        "--run-file", "run.json", "--guards", "guards.json", "--baseline", "b.json",
                        "--baseline-predictions", "bp.parquet", "--corpus", "c.parquet", "--export", str(folder),
                        "--data-diff", "diff.json", "--metrics", "m-pc.json", "--confusion", "conf.csv",
-                       "--per-class", "pc.csv", "--predictions", "pred.parquet"])
+                       "--per-class", "pc.csv", "--per-class-json", "pc.json", "--predictions", "pred.parquet"])
     return json.loads((work / "m-pc.json").read_text())["serving"]
 
 
@@ -158,7 +158,7 @@ def accuracy(args) -> None:
                                    "--run-file", "run.json", "--guards", "guards.json", "--baseline", "b.json",
                                    "--baseline-predictions", "bp.parquet", "--corpus", "c.parquet", "--export", fmt,
                                    "--data-diff", "diff.json", "--metrics", f"m-{fmt}.json", "--confusion", "conf.csv",
-                                   "--per-class", "pc.csv", "--predictions", "pred.parquet"])
+                                   "--per-class", "pc.csv", "--per-class-json", "pc.json", "--predictions", "pred.parquet"])
                 metrics = json.loads((work / f"m-{fmt}.json").read_text())
                 result["torch"], result["n"] = metrics["accuracy"], metrics["n_test"]
                 result[fmt] = metrics["serving"]

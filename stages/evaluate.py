@@ -1,4 +1,5 @@
-"""Stage evaluate: model folder + test split -> reports/metrics.json, confusion plot data,
+"""Stage evaluate: model folder + test split -> reports/metrics.json (a bounded set of numbers)
+and reports/per_class.json (what grows with the classes), confusion plot data,
 and the same numbers logged into the training run in MLflow; the exported model checked
 against the PyTorch one, and the one that passes logged, registered and served."""
 from __future__ import annotations
@@ -28,6 +29,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="ingest's report: why a removed document still in the source was dropped")
     parser.add_argument("--confusion", required=True, help="output CSV of (actual, predicted)")
     parser.add_argument("--per-class", required=True, help="output CSV: per-class F1, precision, recall")
+    parser.add_argument("--per-class-json", required=True,
+                        help="output JSON: the per-class and per-pair figures (per-class scores, confusion "
+                             "counts, model vs baseline per class, set coverage per class), kept out of --metrics")
     parser.add_argument("--predictions", required=True,
                         help="output parquet: per test document, label, prediction, probabilities")
     parser.add_argument("--review-curve",

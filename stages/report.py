@@ -9,9 +9,9 @@ from textclf.report.run import ReportPaths, run
 
 def main(argv: list[str] | None = None) -> None:
     parser = stage_parser(__doc__)
-    for name in ("ingest-report", "token-stats", "split-counts", "histogram", "curve", "metrics", "data-diff",
-                 "predictions", "corpus", "model-dir", "run-file", "out-md", "out-html",
-                 "confusion-png"):
+    for name in ("ingest-report", "token-stats", "split-counts", "histogram", "curve", "metrics",
+                 "per-class-json", "data-diff", "predictions", "corpus", "model-dir", "run-file", "out-md",
+                 "out-html", "confusion-png"):
         parser.add_argument(f"--{name}", required=True)
     parser.add_argument("--label-issues", help="stage labels' table (without it: no label-issues section)")
     parser.add_argument("--label-summary", help="stage labels' summary JSON")

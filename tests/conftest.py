@@ -233,20 +233,20 @@ def run_baseline(p):
                        "--predictions", "bp.parquet"])
 
 
-def run_evaluate(p, metrics="metrics.json"):
+def run_evaluate(p, metrics="metrics.json", per_class="pc.json"):
     """The export stage, then evaluate (which checks the export and serves what passes)."""
     export.main(p + ["--model-dir", "model", "--out", "export"])
     evaluate.main(p + ["--tokens", "t.parquet", "--splits", "sp.parquet", "--model-dir", "model",
                        "--run-file", "run.json", "--guards", "guards.json", "--baseline", "b.json",
                        "--baseline-predictions", "bp.parquet", "--corpus", "c.parquet", "--export", "export",
                        "--data-diff", "diff.json", "--ingest-report", "r.json", "--metrics", metrics,
-                       "--confusion", "conf.csv", "--per-class", "pc.csv", "--predictions", "pred.parquet"])
+                       "--confusion", "conf.csv", "--per-class", "pc.csv", "--per-class-json", per_class, "--predictions", "pred.parquet"])
 
 
 def run_report(p: list[str]) -> None:
     """The report stage on the files run_evaluate leaves (curve.csv: run_train's)."""
     report.main(p + ["--ingest-report", "r.json", "--token-stats", "s.json", "--split-counts", "n.json",
-                     "--histogram", "h.csv", "--curve", "curve.csv", "--metrics", "metrics.json",
+                     "--histogram", "h.csv", "--curve", "curve.csv", "--metrics", "metrics.json", "--per-class-json", "pc.json",
                      "--data-diff", "diff.json",
                      "--predictions", "pred.parquet", "--corpus", "c.parquet", "--model-dir", "model",
                      "--run-file", "run.json", "--out-md", "report.md", "--out-html", "report.html",
@@ -260,7 +260,7 @@ def report_with_ingest(tmp_path: Path, tiny_trained, monkeypatch, edit) -> tuple
     import mlflow
 
     folder, trained = tiny_trained
-    for name in ("r.json", "s.json", "n.json", "h.csv", "curve.csv", "metrics.json", "diff.json", "pred.parquet",
+    for name in ("r.json", "s.json", "n.json", "h.csv", "curve.csv", "metrics.json", "pc.json", "diff.json", "pred.parquet",
                  "c.parquet", "params.yaml"):
         shutil.copy2(folder / name, tmp_path / name)
     shutil.copytree(folder / "model", tmp_path / "model")

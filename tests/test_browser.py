@@ -106,3 +106,36 @@ def test_mlflow_ui_lists_metrics_and_report(mlflow_server, browser):
     browser.save_screenshot(str(SHOTS / "mlflow_artifacts.png"))  # before asserting: see what it showed
     for text in names:
         assert text in body, text
+
+
+def test_a_57_class_report_fits_the_page_and_folds_its_long_tables(browser, tmp_path):
+    """Issue 50: at 57 classes the split table ran 57 columns off the page and every per-class
+    table was 57 rows long. In Chromium at 1200 px: nothing is wider than the page, each long
+    per-class table shows its worst rows and folds the rest (closed until clicked), the heatmap
+    keeps the page width. The report's inputs are written as the stages write them."""
+    from many_classes import RUN, write_inputs
+    from textclf.report.document import to_html
+    from textclf.report.run import build
+
+    blocks, _ = build(write_inputs(tmp_path, 57), RUN, set())
+    page = tmp_path / "report.html"
+    page.write_text(to_html(blocks, "Training report"), encoding="utf-8")
+    browser.set_window_size(1200, 1000)
+    browser.get(page.as_uri())
+    wait_for_text(browser, ["Training report"], 10)
+    width = browser.execute_script("return window.innerWidth")
+    assert browser.execute_script("return document.documentElement.scrollWidth") <= width
+    right = browser.execute_script("return Math.max(...[...document.querySelectorAll('table, img')]"
+                                   ".map(e => e.getBoundingClientRect().right))")
+    assert right <= width
+    folds = browser.find_elements("tag name", "details")
+    assert len(folds) >= 4 and not any(f.get_attribute("open") for f in folds)
+    folded = folds[0].find_element("tag name", "table")
+    assert not folded.is_displayed()
+    folds[0].find_element("tag name", "summary").click()
+    assert folded.is_displayed()
+    heatmap = browser.find_element("css selector", "img[alt^='confusion matrix']")
+    assert heatmap.get_property("naturalWidth") > 800 and heatmap.size["width"] <= width
+    height = browser.execute_script("return document.body.scrollHeight")
+    browser.set_window_size(1200, min(height, 16000))
+    browser.save_screenshot(str(SHOTS / "report_57_classes.png"))

@@ -13,6 +13,7 @@ from textclf.evaluate.comparison import compare
 from textclf.evaluate.conformal_report import (REVIEW_STEPS, calibration_scores, review_curve, set_metrics,
                                                uncalibrated)
 from textclf.evaluate.metrics import brier, calibration, mlflow_metrics
+from textclf.evaluate.metrics_file import read_metrics
 from textclf.inference.frames import judged_frame
 from textclf.model.calibration import CALIBRATION_FILE, Calibration
 from textclf.model.checksums import write_checksums
@@ -26,7 +27,7 @@ from conftest import run_baseline, run_evaluate, run_train
 
 
 def read(folder):
-    return json.loads((folder / "metrics.json").read_text()), pd.read_parquet(folder / "pred.parquet")
+    return read_metrics(folder / "metrics.json", folder / "pc.json"), pd.read_parquet(folder / "pred.parquet")
 
 
 def test_brier_is_the_mean_squared_distance_to_the_one_hot():
@@ -144,14 +145,15 @@ def test_labels_accuracy_and_the_comparison_are_the_same_with_and_without_calibr
                        "--run-file", "run.json", "--guards", "guards.json", "--baseline", "b.json",
                        "--baseline-predictions", "bp.parquet", "--corpus", "c.parquet", "--export", "export",
                        "--data-diff", "diff.json", "--metrics", "metrics.json", "--confusion", "conf.csv",
-                       "--per-class", "pc.csv", "--predictions", "pred.parquet", "--review-curve", "review_curve.csv"])
+                       "--per-class", "pc.csv", "--per-class-json", "pc.json", "--predictions", "pred.parquet", "--review-curve", "review_curve.csv"])
     written = pd.read_csv(folder / "review_curve.csv")  # evaluate's DVC plot: what the report draws
     pd.testing.assert_frame_equal(written, review_curve(pd.read_parquet(folder / "pred.parquet")), atol=1e-6)
     (folder / "model" / CALIBRATION_FILE).unlink()
     write_checksums(folder / "model")  # a folder saved so, not one damaged since
     shutil.copy2(folder / "pred.parquet", folder / "pred_calibrated.parquet")
-    run_evaluate(p, metrics="raw.json")
-    calibrated, raw = (json.loads((folder / name).read_text()) for name in ("metrics.json", "raw.json"))
+    run_evaluate(p, metrics="raw.json", per_class="raw_pc.json")
+    calibrated, raw = (read_metrics(folder / name, folder / pc) for name, pc in (("metrics.json", "pc.json"),
+                                                                                  ("raw.json", "raw_pc.json")))
     for key in ("accuracy", "macro_f1", "per_class", "confusion", "per_class_accuracy", "gap"):
         assert calibrated[key] == raw[key], key
     assert {k: v for k, v in calibrated["comparison"].items()} == raw["comparison"]

@@ -128,7 +128,7 @@ def test_an_export_that_disagrees_is_not_served(prepared, caplog):
                            "--run-file", "run.json", "--guards", "guards.json", "--baseline", "b.json",
                            "--baseline-predictions", "bp.parquet", "--corpus", "c.parquet",
                            "--export", "export", "--data-diff", "diff.json", "--metrics", "m2.json",
-                           "--confusion", "conf.csv", "--per-class", "pc.csv", "--predictions", "pred.parquet"])
+                           "--confusion", "conf.csv", "--per-class", "pc.csv", "--per-class-json", "pc.json", "--predictions", "pred.parquet"])
     bad = json.loads((tmp / "m2.json").read_text())["serving"]
     assert bad["format"] == "torch" and bad["requested"] == "onnx" and bad["agreement"] < 0.99
     assert "test labels (0.00%) agree with PyTorch's, below serve.min_agreement 99.00%" in bad["fallback"]
@@ -153,7 +153,7 @@ def evaluate_export(p: list[str], metrics: str) -> dict:
                        "--run-file", "run.json", "--guards", "guards.json", "--baseline", "b.json",
                        "--baseline-predictions", "bp.parquet", "--corpus", "c.parquet", "--export", "export",
                        "--data-diff", "diff.json", "--metrics", metrics, "--confusion", "conf.csv",
-                       "--per-class", "pc.csv", "--predictions", "pred.parquet"])
+                       "--per-class", "pc.csv", "--per-class-json", "pc.json", "--predictions", "pred.parquet"])
     return json.loads(Path(metrics).read_text())["serving"]
 
 
@@ -237,7 +237,7 @@ def test_an_export_of_another_format_fails_in_one_line(prepared):
                            "--run-file", "run.json", "--guards", "guards.json", "--baseline", "b.json",
                            "--baseline-predictions", "bp.parquet", "--corpus", "c.parquet",
                            "--export", "export", "--data-diff", "diff.json", "--metrics", "m.json",
-                           "--confusion", "conf.csv", "--per-class", "pc.csv", "--predictions", "pred.parquet"])
+                           "--confusion", "conf.csv", "--per-class", "pc.csv", "--per-class-json", "pc.json", "--predictions", "pred.parquet"])
 
 
 def test_token_batches_cover_every_row_once_within_the_budget():

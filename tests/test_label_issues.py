@@ -163,7 +163,7 @@ def test_report_stage_shows_label_issues_and_logs_them_into_the_training_run(tmp
     from stages import report
 
     folder, trained = tiny_trained
-    for name in ("r.json", "s.json", "n.json", "h.csv", "curve.csv", "metrics.json", "diff.json", "pred.parquet",
+    for name in ("r.json", "s.json", "n.json", "h.csv", "curve.csv", "metrics.json", "pc.json", "diff.json", "pred.parquet",
                  "vp.parquet", "c.parquet", "sp.parquet", "params.yaml"):
         shutil.copy2(folder / name, tmp_path / name)
     shutil.copytree(folder / "model", tmp_path / "model")
@@ -187,7 +187,7 @@ def test_report_stage_shows_label_issues_and_logs_them_into_the_training_run(tmp
     judged = table.groupby("split")["judged_by"].agg(set).to_dict()
     assert judged == {"train": {"baseline"}, "validation": {"baseline+model"}, "test": {"baseline+model"}}
     report.main(p + ["--ingest-report", "r.json", "--token-stats", "s.json", "--split-counts", "n.json",
-                     "--histogram", "h.csv", "--curve", "curve.csv", "--metrics", "metrics.json",
+                     "--histogram", "h.csv", "--curve", "curve.csv", "--metrics", "metrics.json", "--per-class-json", "pc.json",
                      "--data-diff", "diff.json", "--predictions", "pred.parquet", "--corpus", "c.parquet",
                      "--model-dir", "model", "--run-file", "run.json", "--out-md", "report.md",
                      "--out-html", "report.html", "--confusion-png", "confusion.png",

@@ -23,6 +23,7 @@ from textclf.config import parse_section
 from textclf.evaluate.champion import judge
 from textclf.data.labelsets import TASK_KEY, hot
 from textclf.evaluate.multilabel import best_threshold, multilabel_scores, set_scores, tune_thresholds
+from textclf.evaluate.metrics_file import read_metrics
 from textclf.inference.onnx_predictor import OnnxPredictor
 from textclf.inference.predictor import Predictor
 from textclf.inference.proba import predict_proba
@@ -146,7 +147,7 @@ def test_the_collapse_guard_sees_one_label_set_everywhere_and_silent_class_a_lab
 
 def test_evaluate_scores_label_sets_against_the_one_vs_rest_baseline(tiny_multilabel):
     folder, _ = tiny_multilabel
-    metrics = json.loads((folder / "metrics.json").read_text())
+    metrics = read_metrics(folder / "metrics.json", folder / "pc.json")
     pred = pd.read_parquet(folder / "pred.parquet")
     assert metrics["task"] == "multilabel" and set(metrics["per_class"]) == set(LABELS)
     assert metrics["accuracy"] == pytest.approx(pred["correct"].mean())  # subset accuracy
@@ -229,7 +230,7 @@ def test_a_multilabel_table_through_dvc_repro(tmp_path):
     write_params(repo / "params.yaml", ingest={"source": str(table), "task": "multilabel"},
                  tokenize={"max_length": 64}, train={"epochs": 4})
     dvc(repo, "repro")
-    metrics = json.loads((repo / "reports" / "metrics.json").read_text())
+    metrics = read_metrics(repo / "reports" / "metrics.json", repo / "reports" / "per_class.json")
     assert metrics["task"] == "multilabel" and set(metrics["per_class"]) == set(LABELS)
     thresholds = json.loads((repo / "models" / "model" / "thresholds.json").read_text())
     assert set(thresholds) == set(LABELS) and metrics["thresholds"] == thresholds

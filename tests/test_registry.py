@@ -11,7 +11,9 @@ import time
 import pytest
 from mlflow.tracking import MlflowClient
 
-from textclf.tracking.registry import SPLIT_HASH_PREFIX, SPLIT_TAG, best_version, register, split_hash
+from textclf.tracking.registry import (SPLIT_HASH_PREFIX, SPLIT_TAG, best_version, register, split_hash,
+                                      version_tags)
+from textclf.evaluate.metrics_file import read_metrics
 from textclf.severity import severity
 
 from conftest import REPO, free_port, run_baseline, run_evaluate, run_train, server, venv_env
@@ -125,10 +127,35 @@ def test_a_champion_hashed_without_labels_counts_as_another_split(tmp_path, capl
     assert "made without labels" in caplog.text
 
 
+def test_a_champion_whose_silent_class_guard_warned_is_named_so(tmp_path, caplog):
+    """Issue 50: a run that never predicted 15 of 57 classes became champion with the reason
+    "the best of the eligible versions" and nothing more. A silent_class warning does not block
+    (a warning, not an alarm; macro-F1 counts each silent class as 0), but the decision, its log
+    line, the champion's history and the version's tags name the classes."""
+    old, new = logged_runs(f"sqlite:///{tmp_path / 'mlflow.db'}", 2)
+    split = split_hash([("a", "x")])
+    assert "silent" not in register(old, "m", {**PASS, SPLIT_TAG: split, "guard.silent_class": "pass"})["reason"]
+    silent = [f"class-{i:02d}" for i in range(12)]
+    tags = version_tags({"accuracy": 0.7, "macro_f1": 0.9, "gap": {"accuracy": 0.0},
+                         "guards": {"load_audit": "pass", "collapse": "pass", "silent_class": "warn"},
+                         "silent_classes": [{"class": c, "support": 3, "predicted": 0} for c in silent]},
+                        split, "abc", None)
+    with caplog.at_level(logging.INFO, logger="textclf.tracking.registry"):
+        decision = register(new, "m", tags)
+    named = ("silent_class warned: it never recalls 12 class(es) on validation (class-00, class-01, "
+             "class-02, class-03, class-04, class-05, class-06, class-07, class-08, class-09 and 2 more)")
+    assert decision["promoted"] and decision["reason"].endswith(named), decision["reason"]
+    assert [r.levelname for r in caplog.records if named in r.getMessage()] == ["WARNING"]
+    assert decision["history"][-1]["why"].startswith("test macro-F1 0.9000: the best")
+    assert "silent_class warned" in decision["history"][-1]["why"]
+    version = MlflowClient(new["tracking_uri"]).get_model_version("m", "2")
+    assert json.loads(version.tags["silent_classes"]) == silent
+
+
 def evaluate_run(p, tmp, guards: dict) -> dict:
     (tmp / "guards.json").write_text(json.dumps({k: {"status": v, "message": ""} for k, v in guards.items()}))
     run_evaluate(p)
-    return json.loads((tmp / "metrics.json").read_text())
+    return read_metrics(tmp / "metrics.json", tmp / "pc.json")
 
 
 def test_versions_aliases_gate_and_predict_from_champion(prepared):

@@ -149,14 +149,32 @@ def test_serving_section_says_what_is_served_and_why_pytorch_when_the_export_fai
     served = {"requested": "onnx-int8", "format": "onnx-int8", "agreement": 1.0, "max_prob_diff": 0.012,
               "accuracy": 0.97, "verdict": "no significant difference", "fallback": None,
               "model_uri": "models:/m-1"}
-    text = to_markdown(serving_section({"n_test": 300, "serving": served}))
+    text = to_markdown(serving_section({"n_test": 300, "accuracy": 0.97, "serving": served}))
     assert "100.00% of predicted labels agree" in text and "Served: **onnx-int8** (`models:/m-1`)" in text
+    assert "test accuracy 0.9700 against PyTorch's 0.9700, paired: no significant difference" in text
     assert "not served" not in text
     failed = {**served, "format": "torch", "agreement": 0.95, "model_uri": "models:/m-0",
               "fallback": "95.0% of its test labels agree with PyTorch's, below serve.min_agreement 99.0%"}
-    text = to_markdown(serving_section({"n_test": 300, "serving": failed}))
+    text = to_markdown(serving_section({"n_test": 300, "accuracy": 0.96, "serving": failed}))
     assert "Served: **torch**" in text and "the onnx-int8 export is not served: 95.0% of its" in text
     assert "PyTorch one" in to_markdown(serving_section({"serving": {"requested": "torch", "model_uri": "m"}}))
+
+
+def test_an_export_better_than_pytorch_but_refused_does_not_read_as_served():
+    """Issue 50: "paired verdict: better" stood beside the refusal to serve the int8 export. The
+    verdict is its accuracy against PyTorch's; the refusal is its agreement: each says which."""
+    why = "361 of its 378 test labels (95.50%) agree with PyTorch's, below serve.min_agreement 99.00%"
+    int8 = {"agreement": 0.955, "max_prob_diff": 0.2, "accuracy": 0.62, "verdict": "better", "fallback": why}
+    fp32 = {"agreement": 1.0, "max_prob_diff": 0.001, "accuracy": 0.60, "verdict": "no significant difference",
+            "fallback": None}
+    serving = {"requested": "onnx-int8", "format": "onnx", "fallback": why, "model_uri": "models:/m-2",
+               "checks": {"onnx-int8": int8, "onnx": fp32}}
+    text = to_markdown(serving_section({"n_test": 378, "accuracy": 0.60, "serving": serving}))
+    assert ("onnx-int8: 95.50% of predicted labels agree, largest probability difference 0.2000; test accuracy "
+            "0.6200 against PyTorch's 0.6000, paired: better (not served: see below)") in text
+    assert "onnx: 100.00% of predicted labels agree" in text and "Served: **onnx**" in text
+    assert "the onnx-int8 export is not served: 361 of its 378" in text and "whatever its accuracy" in text
+    assert "paired verdict: better" not in text
 
 
 def test_the_readme_picture_is_a_fresh_clones_first_run(tmp_path):

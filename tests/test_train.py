@@ -13,6 +13,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from textclf.common import file_md5
+from textclf.evaluate.metrics_file import read_metrics
 from textclf.tracking.runs import project_root, tracking_uri
 
 import conftest
@@ -37,7 +38,7 @@ def test_train_then_evaluate_log_one_run(tiny_trained, tmp_path):
     curve = pd.read_csv(tmp / "curve.csv")
     assert list(curve["epoch"]) == [1, 2] and curve["train_loss"].notna().all()
 
-    metrics = json.loads((tmp / "metrics.json").read_text())
+    metrics = read_metrics(tmp / "metrics.json", tmp / "pc.json")
     n_test = int((pd.read_parquet(tmp / "sp.parquet")["split"] == "test").sum())
     assert {"accuracy", "macro_f1", "per_class", "confusion", "n_test"} <= set(metrics)
     assert sum(sum(row.values()) for row in metrics["confusion"].values()) == metrics["n_test"] == n_test
@@ -96,7 +97,7 @@ def test_chunks_train_on_windows_and_evaluate_per_document(tiny_chunked):
     stats = json.loads((tmp / "s.json").read_text())
     assert stats["truncation"] == "chunks" and stats["unread_tokens"] == 0 and stats["windows_mean"] > 1
     test_docs = splits.loc[splits["split"] == "test", "doc_id"]
-    metrics = json.loads((tmp / "metrics.json").read_text())
+    metrics = read_metrics(tmp / "metrics.json", tmp / "pc.json")
     assert metrics["n_test"] == len(test_docs) and 0 <= metrics["accuracy"] <= 1
     assert sum(sum(row.values()) for row in metrics["confusion"].values()) == len(test_docs)
     predictions = pd.read_parquet(tmp / "pred.parquet")

@@ -175,8 +175,17 @@ def length_stats(lengths: np.ndarray | list[int], max_length: int, truncation: s
 
 
 def length_histogram(lengths: np.ndarray | list[int], bins: int = 20) -> list[dict]:
-    """Documents per token-length bin (untruncated lengths), for a DVC bar plot."""
-    counts, edges = np.histogram(np.asarray(lengths), bins=bins)
+    """Documents per token-length bin (untruncated lengths), for a DVC bar plot. Equal bins from
+    the shortest to the longest document; where the longest is past twice the 99th percentile
+    (one 20 000-token document among 100-token ones), equal bins up to that percentile and one
+    last bin for the longer rest, so the outlier does not squeeze every other document into
+    the first bin."""
+    arr = np.asarray(lengths)
+    top = int(np.ceil(np.percentile(arr, 99))) if arr.size else 0
+    edges: int | np.ndarray = bins
+    if arr.size and arr.max() > 2 * top > 2 * arr.min():
+        edges = np.append(np.linspace(arr.min(), top, bins), arr.max())
+    counts, edges = np.histogram(arr, bins=edges)
     return [{"tokens_from": int(lo), "tokens_to": int(hi), "documents": int(n)}
             for lo, hi, n in zip(edges[:-1], edges[1:], counts)]
 

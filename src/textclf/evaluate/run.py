@@ -19,6 +19,7 @@ from textclf.evaluate.conformal_report import calibration_scores, review_curve, 
 from textclf.evaluate.comparison import compare, per_class_accuracy
 from textclf.evaluate.serving_check import check_export, served_model, serving_mlflow
 from textclf.evaluate.metrics import calibration, classification_scores, metric_names, mlflow_metrics, test_metrics
+from textclf.evaluate.metrics_file import class_counts, split_per_class
 from textclf.data.labelsets import hot, label_sets
 from textclf.evaluate.multilabel import decide, multilabel_test_metrics, per_label_recall
 from textclf.inference.frames import PROB_PREFIX, judged_frame
@@ -52,6 +53,7 @@ class EvaluatePaths:
     data_diff: str  # written: documents added, removed, relabelled, edited since the champion's data
     confusion: str  # written: CSV of (actual, predicted)
     per_class: str  # written: CSV of per-class F1, precision, recall
+    per_class_json: str  # written: the per-class and per-pair entries, kept out of `metrics` (split_per_class)
     predictions: str  # written: parquet, per test document
     ingest_report: str | None = None  # ingest's accounting: why a removed document was dropped
     review_curve: str | None = None  # written: CSV, share answered and its accuracy per serve.review_below
@@ -197,6 +199,7 @@ def run(paths: EvaluatePaths) -> None:
     metrics.update(versus_baseline(predictions, pd.read_parquet(paths.baseline_predictions), labels, cfg,
                                    multilabel))
     metrics["kept_epoch"] = training.get("kept_epoch")
+    metrics["classes"] = class_counts(metrics)
     review = {"coverage": params.serve.coverage, "review_below": params.serve.review_below}
     served = {**training, "model_uri": served_model(paths.export, paths.model_dir, paths.corpus,
                                                     doc_ids, serving, training, review)}
@@ -206,7 +209,9 @@ def run(paths: EvaluatePaths) -> None:
     data_diff = registry_step(paths, cfg, served, metrics, predictions)
     metrics["data_diff"] = diff_counts(data_diff)
     write_json(paths.data_diff, data_diff)
-    write_json(paths.metrics, metrics)
+    summary, per_class = split_per_class(metrics)
+    write_json(paths.metrics, summary)
+    write_json(paths.per_class_json, per_class)
     write_parquet(predictions, paths.predictions)
     if paths.review_curve:
         write_csv(review_curve(predictions), paths.review_curve)
@@ -217,7 +222,7 @@ def run(paths: EvaluatePaths) -> None:
     serve_metrics, serve_tags = serving_mlflow(serving)
     add_to_run(training, metrics={**mlflow_metrics(metrics), **changes, **serve_metrics},
                tags={"verdict": metrics["comparison"]["verdict"], **serve_tags},
-               artifacts=(paths.metrics, paths.confusion, paths.data_diff),
+               artifacts=(paths.metrics, paths.per_class_json, paths.confusion, paths.data_diff),
                dicts={"class_names.json": metric_names(labels)})
     with tempfile.TemporaryDirectory() as tmp:  # under its fixed name: a later evaluate reads it
         shutil.copyfile(paths.splits, Path(tmp) / Path(SPLITS_ARTIFACT).name)

@@ -10,6 +10,7 @@ import pandas as pd
 from textclf.evaluate.conformal_report import calibration_warning, review_curve, uncalibrated
 from textclf.evaluate.metrics import calibration
 from textclf.report import figures
+from textclf.report.classes import class_table, named
 from textclf.report.document import Alert, Block, Figure, Heading, Para, Table
 
 HEADING = "Calibration and prediction sets"
@@ -77,13 +78,22 @@ def set_blocks(sets: dict | None) -> list[Block]:
              f"{sets['coverage_target']:.0%}); mean set size **{sets['mean_size']:.2f}**, "
              f"{sets['empty_sets']} empty set(s)."),
         Table(["set size", "documents"], [[k, v] for k, v in sets["sizes"].items()]),
-        Table(["class", "coverage on test"],
-              [[c, "no test documents" if s is None else f"{s:.1%}"] for c, s in sets["per_class_coverage"].items()])]
+        coverage_table(sets["per_class_coverage"])]
     never = sets.get("never_covered") or []
     if never:
-        blocks.append(Alert(f"class(es) never covered by a prediction set on test: {', '.join(never)}; the "
+        blocks.append(Alert(f"class(es) never covered by a prediction set on test: {named(never)}; the "
                             "coverage guarantee is on average over classes, and these get none of it."))
     return blocks
+
+
+def coverage_table(coverage: dict[str, float | None]) -> Table:
+    """Per class, the share of its test documents whose set holds their label: the least covered
+    first (a class without test documents last), a class never covered highlighted."""
+    classes = list(coverage)
+    shares = [coverage[c] for c in classes]
+    return class_table(["class", "coverage on test"],
+                       [[c, "no test documents" if s is None else f"{s:.1%}"] for c, s in zip(classes, shares)],
+                       worst=lambda i: 2.0 if shares[i] is None else shares[i], marked=lambda i: shares[i] == 0.0)
 
 
 def review_blocks(metrics: dict, predictions: pd.DataFrame) -> list[Block]:

@@ -9,6 +9,7 @@ import pandas as pd
 from matplotlib.figure import Figure  # not pyplot: no global backend to choose, no display needed
 
 DPI = 110
+ANNOTATED = 12  # classes up to which each confusion cell shows its count
 
 
 def _png(fig) -> bytes:
@@ -37,22 +38,31 @@ def training_curves(curve: pd.DataFrame) -> bytes:
     return _png(fig)
 
 
-def confusion_heatmap(confusion: dict[str, dict[str, int]]) -> bytes:
-    """Rows: actual, columns: predicted; each cell shows its count."""
-    labels = list(confusion)
-    matrix = np.array([[confusion[a][p] for p in labels] for a in labels])  # (C, C)
-    size = 1.2 + 0.7 * len(labels)
+def confusion_heatmap(labels: list[str], counts: np.ndarray, shares: np.ndarray) -> bytes:
+    """Rows: actual, columns: predicted; the colour is the share of the actual class's
+    documents (each row sums to 1, so a small class reads as plainly as a large one). Up to
+    ANNOTATED classes each cell shows its count; beyond, the figure is sized to the page width
+    and its labels shrink to fit, the count left to the largest-confusions table."""
+    n = len(labels)
+    annotate = n <= ANNOTATED
+    size = 1.2 + 0.7 * n if annotate else 9.5
     fig = Figure(figsize=(size + 1, size))
     ax = fig.subplots()
-    image = ax.imshow(matrix, cmap="Blues")
-    ax.set_xticks(range(len(labels)), labels, rotation=45, ha="right")
-    ax.set_yticks(range(len(labels)), labels)
-    ax.set(xlabel="predicted", ylabel="actual", title="confusion matrix (test)")
-    threshold = matrix.max() / 2 if matrix.size else 0
-    for (i, j), count in np.ndenumerate(matrix):
-        ax.text(j, i, str(count), ha="center", va="center",
-                color="white" if count > threshold else "black")
-    fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+    image = ax.imshow(shares, cmap="Blues", vmin=0, vmax=1)
+    font = None if annotate else max(4.0, min(8.0, 420 / max(n, 1)))
+    ax.set_xticks(range(n), labels, rotation=45 if annotate else 90, ha="right" if annotate else "center",
+                  fontsize=font)
+    ax.set_yticks(range(n), labels, fontsize=font)
+    ax.set(xlabel="predicted", ylabel="actual", title="confusion matrix (test): share of each actual class")
+    if annotate:
+        for (i, j), count in np.ndenumerate(counts):
+            ax.text(j, i, str(count), ha="center", va="center", color="white" if shares[i, j] > 0.5 else "black")
+    else:  # a grid, so a cell can be followed to its labels
+        ax.set_xticks(np.arange(n + 1) - 0.5, minor=True)
+        ax.set_yticks(np.arange(n + 1) - 0.5, minor=True)
+        ax.grid(which="minor", color="#e0e0e0", linewidth=0.3)
+        ax.tick_params(which="minor", length=0)
+    fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label="share of the actual class")
     return _png(fig)
 
 
@@ -75,15 +85,31 @@ def reliability_diagram(bins: list[dict], ece: float, which: str = "") -> bytes:
     return _png(fig)
 
 
+def long_tail(histogram: pd.DataFrame) -> int:
+    """The documents in the token-length histogram's last bin where that bin is the long tail's
+    (data.tokens.length_histogram: from the 99th percentile to a length past twice it), else 0.
+    A bin of equal-width bins never spans that much."""
+    if len(histogram) < 2:
+        return 0
+    last = histogram.iloc[-1]
+    return int(last["documents"]) if last["tokens_to"] > 2 * last["tokens_from"] else 0
+
+
 def token_lengths(histogram: pd.DataFrame, max_length: int) -> bytes:
-    """Documents per token-length bucket; the red line is tokenize.max_length."""
+    """Documents per token-length bucket; the red line is tokenize.max_length. The long tail's
+    bin (long_tail) is counted in the title, not drawn: one outlier would stretch the axis."""
+    beyond = long_tail(histogram)
+    drawn = histogram.iloc[:-1] if beyond else histogram
     fig = Figure(figsize=(6, 3))
     ax = fig.subplots()
-    widths = histogram["tokens_to"] - histogram["tokens_from"]
-    ax.bar(histogram["tokens_from"], histogram["documents"], width=widths, align="edge",
-           edgecolor="black", alpha=0.8)
+    widths = drawn["tokens_to"] - drawn["tokens_from"]
+    ax.bar(drawn["tokens_from"], drawn["documents"], width=widths, align="edge", edgecolor="black", alpha=0.8)
     ax.axvline(max_length, color="tab:red", label=f"max_length {max_length}")
-    ax.set(xlabel="tokens (untruncated)", ylabel="documents", title="token lengths")
+    title = "token lengths"
+    if beyond:
+        last = histogram.iloc[-1]
+        title += f": {beyond} longer document(s), {last['tokens_from']}–{last['tokens_to']} tokens, not drawn"
+    ax.set(xlabel="tokens (untruncated)", ylabel="documents", title=title)
     ax.legend()
     return _png(fig)
 

@@ -8,6 +8,7 @@ import pandas as pd
 
 from textclf.data.mixed_groups import mixed_groups
 from textclf.evaluate.metrics import metric_names
+from textclf.report.classes import class_table
 from textclf.report.document import Block, Heading, Para, Table
 from textclf.severity import WARNING, severity
 
@@ -37,9 +38,7 @@ def labels_section(summary: dict, table: pd.DataFrame, corpus: pd.DataFrame) -> 
         Para(f"Test: {test['flagged']} of {test['documents']} test documents flagged; test accuracy "
              f"**{fmt(test['accuracy'])}** on all of them, **{fmt(test['accuracy_unflagged'])}** on the "
              "ones not flagged: how far a wrong test label can move the headline."),
-        Table(["class", "documents", "flagged", "estimated share wrong"],
-              [[c, v["documents"], v["flagged"], f"{v['noise_rate']:.1%}"]
-               for c, v in summary["per_class"].items()])]
+        noise_table(summary)]
     if summary["overlapping"]:
         blocks.append(Table(["class", "class", "documents in the overlap", "joint probability"],
                             [[p["a"], p["b"], p["documents"], f"{p['joint']:.4f}"]
@@ -49,9 +48,11 @@ def labels_section(summary: dict, table: pd.DataFrame, corpus: pd.DataFrame) -> 
     if worst.empty:
         return blocks + [Para("No label flagged.")]
     worst = worst.merge(corpus[["doc_id", "text"]], on="doc_id", how="left")
-    rows = [[r.source_path, r.split, r.given, r.suggested, f"{r.quality:.3f}",
+    rows = [[r.source_path, r.split, r.given, r.suggested, quality(r.quality),
              " ".join(str(r.text).split())[:SNIPPET] + "…"] for r in worst.itertuples()]
-    return blocks + [Para(f"The {len(rows)} most suspect (reports/label_issues.parquet holds every document):"),
+    return blocks + [Para(f"The {len(rows)} most suspect (reports/label_issues.parquet holds every document); "
+                          "quality is the probability the judges give the label the document carries "
+                          "(cleanlab's self-confidence), lowest first:"),
                      Table(["document", "split", "given", "suggested", "quality", "text"], rows)]
 
 
@@ -69,7 +70,24 @@ def mixed_groups_blocks(summary: dict, table: pd.DataFrame) -> list[Block]:
                  "or a wrong label. `python -m textclf.labelissues review` lists every one of them with its group"
                  + (f"; the {len(shown)} with the least label quality:" if len(shown) < len(groups) else ":")),
             Table(["group", "split", "documents (label)", "flagged", "least quality"],
-                  [[r.group, r.split, r.documents, int(r.flagged), f"{r.quality:.3f}"] for r in shown.itertuples()])]
+                  [[r.group, r.split, r.documents, int(r.flagged), quality(r.quality)] for r in shown.itertuples()])]
+
+
+def noise_table(summary: dict) -> Table:
+    """Per class, the estimated share of wrong labels: the noisiest first, those above
+    labels.noise_warn highlighted, folded past report.classes.SHOWN."""
+    per_class = summary["per_class"]
+    classes = list(per_class)
+    return class_table(["class", "documents", "flagged", "estimated share wrong"],
+                       [[c, v["documents"], v["flagged"], f"{v['noise_rate']:.1%}"] for c, v in per_class.items()],
+                       worst=lambda i: -per_class[classes[i]]["noise_rate"],
+                       marked=lambda i: per_class[classes[i]]["noise_rate"] > summary["noise_warn"])
+
+
+def quality(value: float) -> str:
+    """A label quality with its digits: among many classes the most suspect labels get a probability
+    of 1e-4 or less, which three decimals show as 0.000 for every one of them."""
+    return f"{value:.3f}" if value >= 0.001 else f"{value:.1e}"
 
 
 def fmt(value: float | None) -> str:

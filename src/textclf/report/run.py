@@ -11,13 +11,13 @@ import pandas as pd
 import yaml
 
 from textclf.common import read_json
-from textclf.report import figures
-from textclf.report.document import Figure, Heading, to_html, to_markdown
+from textclf.evaluate.metrics_file import read_metrics
+from textclf.report.document import Heading, to_html, to_markdown
 from textclf.report.confidence import confidence_section, warning_note
 from textclf.report.labels import label_metrics, label_noise_note, labels_section
-from textclf.report.sections import (baseline_section, data_section,
-                                     data_version_section, dropped_classes, headline, lineage_section,
-                                     lost_alert, mistakes_section, results_section, serving_section)
+from textclf.report.results import baseline_section, confusion_png, confusion_section, results_section
+from textclf.report.sections import (data_section, data_version_section, dropped_classes, headline,
+                                     lineage_section, lost_alert, mistakes_section, serving_section)
 from textclf.tracking.runs import add_to_run, dataset_sources, lock_hashes, log_datasets
 from textclf.tracking.store import training_run
 
@@ -33,6 +33,7 @@ class ReportPaths:
     histogram: str
     curve: str
     metrics: str
+    per_class_json: str  # evaluate's per-class JSON, beside `metrics`
     data_diff: str
     predictions: str
     corpus: str  # a dataset of the run, by this path
@@ -47,11 +48,11 @@ class ReportPaths:
     label_summary: str | None = None
 
 
-def build(paths: ReportPaths, run: dict) -> tuple[list, bytes]:
-    """-> (report blocks, confusion PNG)."""
-    metrics = read_json(paths.metrics)
+def build(paths: ReportPaths, run: dict, datasets: set[str]) -> tuple[list, bytes]:
+    """The run and the sources of its datasets -> (report blocks, confusion PNG)."""
+    metrics = read_metrics(paths.metrics, paths.per_class_json)
     lock_file = Path(paths.lock)
-    datasets = dataset_sources(run) | {paths.corpus}  # the run page shows these as datasets
+    datasets = datasets | {paths.corpus}  # the run page shows these as datasets
     hashes = lock_hashes(yaml.safe_load(lock_file.read_text()) if lock_file.is_file() else {},
                      running="report", datasets=datasets)
     predictions = pd.read_parquet(paths.predictions)
@@ -66,13 +67,13 @@ def build(paths: ReportPaths, run: dict) -> tuple[list, bytes]:
     blocks += lost_alert(ingest)  # ingest dropped more than a few percent of what it saw
     blocks += data_section(ingest, read_json(paths.token_stats),
                            read_json(paths.split_counts), pd.read_csv(paths.histogram))
+    confusion = confusion_png(metrics["confusion"])
     blocks += results_section(curve, metrics)
+    blocks += confusion_section(metrics["confusion"], confusion)
     blocks += baseline_section(metrics)
     blocks += serving_section(metrics)
     blocks += data_version_section(read_json(paths.data_diff), metrics.get("registry"),
                                    read_json(paths.split_counts))
-    confusion = figures.confusion_heatmap(metrics["confusion"])
-    blocks += [Figure("confusion matrix", confusion)]
     corpus = pd.read_parquet(paths.corpus)
     blocks += mistakes_section(predictions, corpus)
     if labels:
@@ -92,11 +93,12 @@ def ingest_tags(ingest: dict) -> dict[str, str]:
 def run(paths: ReportPaths) -> None:
     """The stage."""
     training = training_run(paths.run_file)  # fail in one line, before the work
-    blocks, confusion = build(paths, training)
+    sources = dataset_sources(training)
+    blocks, confusion = build(paths, training, sources)
     Path(paths.out_md).write_text(to_markdown(blocks), encoding="utf-8")
     Path(paths.out_html).write_text(to_html(blocks, "Training report"), encoding="utf-8")
     Path(paths.confusion_png).write_bytes(confusion)
-    if paths.corpus not in dataset_sources(training):
+    if paths.corpus not in sources:
         log_datasets(training["run_id"], {"corpus": paths.corpus}, "source")
     logged: tuple[str, ...] = (paths.out_html, paths.out_md, paths.confusion_png, paths.ingest_report)
     if paths.label_issues and paths.label_summary:

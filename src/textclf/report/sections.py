@@ -1,6 +1,7 @@
 """The report's sections, each a list of document blocks (report.document): the headline
-(scores, the verdict against the baseline, the guards), data, results, baseline, the served
-model, near-duplicates, mistakes, params and lineage (calibration: report.confidence)."""
+(scores, the verdict against the baseline, the guards, the classes the model never answers),
+data, the served model, near-duplicates, mistakes, params and lineage (test metrics, confusion
+and baseline: report.results; calibration: report.confidence)."""
 from __future__ import annotations
 
 from typing import Sequence
@@ -12,8 +13,8 @@ from textclf.data.ingest_report import lost_line
 from textclf.data.versions import described
 from textclf.evaluate.comparison import WORSE
 from textclf.evaluate.comparison import headline as verdict_line
-from textclf.evaluate.metrics import metric_names
 from textclf.report import figures
+from textclf.report.classes import f1_zero, named, split_table
 from textclf.report.document import Alert, Block, Figure, Heading, Para, Table
 from textclf.severity import ALARM, WARNING, with_severity
 
@@ -42,8 +43,7 @@ def headline(metrics: dict, collapsed_epochs: Sequence[int] = ()) -> list[Block]
         blocks.append(Alert(f"guard alarms: {', '.join(failed)}; this model does not become champion."))
     recovered = (f" (epochs {', '.join(map(str, collapsed_epochs))} collapsed; the kept epoch "
                  f"{metrics.get('kept_epoch')} did not, see the training curve)")
-    silent = ", ".join(f"{c['class']} ({c['support']} validation documents)"
-                       for c in metrics.get("silent_classes", []))
+    silent = named([f"{c['class']} ({c['support']} validation documents)" for c in metrics.get("silent_classes", [])])
     silent_note = f" (never recalled on validation: {silent}; try train.class_weights: balanced)"
 
     def note(name: str) -> str:
@@ -53,7 +53,23 @@ def headline(metrics: dict, collapsed_epochs: Sequence[int] = ()) -> list[Block]
     warned = [f"{n}: {metrics['guards'][n]}{note(n)}" for n in with_severity(metrics["guards"], WARNING)]
     if warned:
         blocks.append(Para("Guard warnings: " + "; ".join(warned) + "."))
-    return blocks + [Table(["guard", "status"], [[n, s] for n, s in metrics["guards"].items()])]
+    return blocks + unanswered(metrics) + [Table(["guard", "status"], [[n, s] for n, s in metrics["guards"].items()])]
+
+
+def unanswered(metrics: dict) -> list[Block]:
+    """At the top, not only in their sections: the classes with test documents the model never
+    gets right (F1 0), and those no prediction set covers."""
+    per_class = metrics.get("per_class") or {}
+    zero = f1_zero(per_class)
+    never = (metrics.get("sets") or {}).get("never_covered") or []
+    blocks: list[Block] = []
+    if zero:
+        blocks.append(Alert(f"{len(zero)} of {len(per_class)} classes at F1 0 on test (the model gets none of "
+                            f"their documents right): {named(zero)}; see Test metrics."))
+    if never:
+        blocks.append(Alert(f"prediction sets never cover {len(never)} class(es) on test: {named(never)}; the "
+                            "coverage guarantee is on average over classes, and these get none of it."))
+    return blocks
 
 
 def raw_ece(metrics: dict) -> str:
@@ -83,31 +99,6 @@ def lost_alert(ingest: dict) -> list[Block]:
     return [Alert(line)] if line else []
 
 
-def baseline_section(metrics: dict) -> list[Block]:
-    """Model and baseline side by side: per-class accuracy, the paired counts, the ensemble."""
-    cmp, per_class = metrics["comparison"], metrics["per_class_accuracy"]
-    several = metrics.get("task") == "multilabel"
-    blocks: list[Block] = [Heading("Model versus the TF-IDF baseline"),
-              Para(f"Paired on the same {metrics['n_test']} test documents: both right "
-                   f"{cmp['both_right']}, only the model {cmp['model_only']}, only the baseline "
-                   f"{cmp['baseline_only']}, both wrong {cmp['both_wrong']}. Exact McNemar p = "
-                   f"{cmp['mcnemar_p']:.3g}; bootstrap 95 % interval of the accuracy difference "
-                   f"{cmp['ci_low']:+.4f} to {cmp['ci_high']:+.4f} ({cmp['resamples']} resamples). "
-                   f"Verdict (alpha {cmp['alpha']}; both must agree): **{cmp['verdict']}**."),
-              Table(["label", "documents", "model recall", "baseline recall"] if several else
-                    ["class", "documents", "model accuracy", "baseline accuracy"],
-                    [[c, s["support"], f"{s['model']:.3f}", f"{s['baseline']:.3f}"]
-                     for c, s in per_class.items()])]
-    if several:
-        blocks.insert(2, Para("Several labels per document: a document is right when its whole label "
-                              "set is; per label, the share of its documents each system gives it."))
-    if metrics.get("ensemble"):
-        ens = metrics["ensemble"]
-        blocks.append(Para(f"Mean of both systems' probabilities (`evaluate.ensemble`): accuracy "
-                           f"{ens['accuracy']:.4f}, macro-F1 {ens['macro_f1']:.4f}."))
-    return blocks
-
-
 def serving_section(metrics: dict) -> list[Block]:
     """What the logged and registered model runs (serve.format), and the check of an export
     against the PyTorch model on the test split."""
@@ -119,17 +110,25 @@ def serving_section(metrics: dict) -> list[Block]:
         return blocks + [Para(f"`serve.format: torch`: the served model is the PyTorch one "
                               f"(`{serving['model_uri']}`).")]
     checks = serving.get("checks") or {serving["requested"]: serving}  # each format of the chain checked
-    found = "; ".join(
-        (f"{fmt}: " if len(checks) > 1 else "") + f"{c['agreement']:.2%} of predicted labels agree, largest "
-        f"probability difference {c['max_prob_diff']:.4f}, test accuracy {c['accuracy']:.4f}; paired "
-        f"verdict: {c['verdict']}" for fmt, c in checks.items())
+    found = "; ".join(check_line(fmt, c, metrics["accuracy"], len(checks) > 1) for fmt, c in checks.items())
     blocks.append(Para(
         f"`serve.format: {serving['requested']}` checked against PyTorch on the {metrics['n_test']} "
         f"test documents: {found}. Served: **{serving['format']}** (`{serving['model_uri']}`)."))
     if serving["fallback"]:
         instead = "the PyTorch model is" if serving["format"] == "torch" else f"the {serving['format']} export beside it is"
-        blocks.append(Alert(f"the {serving['requested']} export is not served: {serving['fallback']}; {instead}."))
+        blocks.append(Alert(f"the {serving['requested']} export is not served: {serving['fallback']}; {instead}. "
+                            "An export that answers otherwise than the model evaluated here is not served, "
+                            "whatever its accuracy."))
     return blocks
+
+
+def check_line(fmt: str, check: dict, torch_accuracy: float, named_format: bool) -> str:
+    """One format's check: agreement first (what decides), then its accuracy against PyTorch's,
+    paired; a format not served says so beside its verdict, so a 'better' never reads as 'served'."""
+    refused = " (not served: see below)" if check.get("fallback") else ""
+    return ((f"{fmt}: " if named_format else "") + f"{check['agreement']:.2%} of predicted labels agree, "
+            f"largest probability difference {check['max_prob_diff']:.4f}; test accuracy {check['accuracy']:.4f} "
+            f"against PyTorch's {torch_accuracy:.4f}, paired: {check['verdict']}{refused}")
 
 
 def near_duplicates_section(nd: dict) -> list[Block]:
@@ -182,50 +181,12 @@ def data_section(ingest: dict, tokens: dict, counts: dict, histogram: pd.DataFra
              f"kept; skipped: {skipped}. Decoded by fallback encoding: {fallback}. Duplicates "
              f"differing only in whitespace/Unicode form: {ingest['duplicates_not_byte_identical']}."),
         *corrections_note(ingest),
-        Table(["split"] + list(ingest["per_class"]),
-              [[s] + [counts[s].get(c, 0) for c in ingest["per_class"]]
-               for s in ("train", "validation", "test")]),
+        split_table(list(ingest["per_class"]), counts),
         *near_duplicates_section(ingest["near_duplicates"]),
         Heading("Token lengths"),
         Para(f"Mean {tokens['mean']}, median {tokens['p50']}, p90 {tokens['p90']}, max {tokens['max']}; "
              + how_read(tokens)),
         Figure("token lengths", figures.token_lengths(histogram, tokens["max_length"]))]
-
-
-def results_section(curve: pd.DataFrame, metrics: dict) -> list[Block]:
-    labels = list(metrics["per_class"])
-    names = metric_names(labels)
-    return [
-        Heading("Training curve"),
-        Figure("training loss and validation scores per epoch", figures.training_curves(curve)),
-        Para("Per epoch: the validation scores, the top class's share of validation predictions "
-             "and the prediction entropy (the collapse detector's inputs), and whether that epoch "
-             "collapsed."),
-        Table(list(curve.columns), curve.round(4).astype(object).values.tolist()),
-        Heading("Test metrics"),
-        Para(f"Accuracy **{metrics['accuracy']:.4f}**, macro-F1 **{metrics['macro_f1']:.4f}** "
-             f"on {metrics['n_test']} documents, with the weights of epoch {metrics['kept_epoch']} "
-             "(`train.select`)." + multilabel_note(metrics)),
-        Table(["class", "precision", "recall", "F1", "support", "MLflow name"],
-              [[c] + [f"{s[k]:.3f}" for k in ("precision", "recall", "f1")] + [s["support"], names[c]]
-               for c, s in metrics["per_class"].items()]),
-        Para("Per-class metrics are logged as `test_f1.<MLflow name>` (and precision, recall); a "
-             "name that needed characters replaced carries a hash of the class name, and the run's "
-             "`class_names.json` maps every class to its name."),
-        Heading("Confusion matrix (rows: actual, columns: predicted)"),
-        Table([""] + labels, [[a] + [metrics["confusion"][a][p] for p in labels] for a in labels])]
-
-
-def multilabel_note(metrics: dict) -> str:
-    """A multi-label model's scores beyond accuracy and macro-F1, and what those two mean there."""
-    if metrics.get("task") != "multilabel":
-        return ""
-    cuts = ", ".join(f"{label} {t:.3f}" for label, t in metrics["thresholds"].items())
-    return (f" Several labels per document: accuracy is subset accuracy (the whole label set right) "
-            f"and macro-F1 is over the labels; micro-F1 **{metrics['micro_f1']:.4f}**, Hamming loss "
-            f"**{metrics['hamming_loss']:.4f}** (the share of document-label decisions wrong). Each "
-            f"label is given where its probability reaches its threshold, tuned on validation: {cuts}. "
-            "The confusion matrix counts, per label a document carries, the labels it is given.")
 
 
 def mistakes_section(predictions: pd.DataFrame, corpus: pd.DataFrame) -> list[Block]:

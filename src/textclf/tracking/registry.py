@@ -3,7 +3,10 @@
 the highest test macro-F1 among the versions tested on the champion's test split. A version
 tested on another split (another data version) is judged by the caller's `challenge`, which
 scores both models on common documents (evaluate.champion). Every move of `champion` is
-kept on the registered model (HISTORY_TAG) and on the version it moved to.
+kept on the registered model (HISTORY_TAG) and on the version it moved to. A version whose
+silent_class guard warned (classes it never recalls on validation) may become champion (a
+warning, not an alarm; macro-F1, the gate's score, counts each such class as 0), but never
+without a word: the decision's reason and log line name its silent classes.
 
     python -m textclf.predict models:/textclf@champion article.txt
     mlflow models serve -m models:/textclf@champion --env-manager local
@@ -31,6 +34,7 @@ SPLIT_TAG = "test_split_hash"
 SPLIT_HASH_PREFIX = "labels-md5:"
 MAX_ROUNDS = 20
 HISTORY_TAG, HISTORY_KEPT, WHY_CHARS = "champion_history", 20, 240
+SILENT_TAG, SILENT_NAMED = "silent_classes", 10  # a JSON list; the decision names the first 10
 
 
 def split_hash(documents) -> str:
@@ -63,7 +67,20 @@ def version_tags(metrics: dict, test_split: str, commit: str, exp_name: str | No
             **{f"guard.{k}": v for k, v in metrics["guards"].items()}}
     if exp_name:
         tags["dvc.exp_name"] = exp_name
+    silent = [c["class"] for c in metrics.get("silent_classes") or []]
+    if silent:
+        tags[SILENT_TAG] = json.dumps(silent, ensure_ascii=False)
     return tags
+
+
+def silent_note(tags: dict[str, str]) -> str:
+    """What the decision says of a version whose silent_class guard warned, or ""."""
+    if tags.get("guard.silent_class") != "warn":
+        return ""
+    names = json.loads(tags.get(SILENT_TAG) or "[]")
+    more = f" and {len(names) - SILENT_NAMED} more" if len(names) > SILENT_NAMED else ""
+    return (f"silent_class warned: it never recalls {len(names)} class(es) on validation "
+            f"({', '.join(names[:SILENT_NAMED])}{more})")
 
 
 def _champion(client: MlflowClient, name: str) -> dict | None:
@@ -199,6 +216,8 @@ def register(run: dict, name: str, tags: dict[str, str], challenge: Judge | None
     else:
         best = settle_champion(client, name, split)
         reason = why({**tags, "version": version}, best, champion, split)
+    silent = silent_note(tags)
+    reason += f"; {silent}" if silent else ""
     current = _champion(client, name)
     if current is not None and (champion is None or current["version"] != champion["version"]):
         _record_move(client, name, champion, current, reason if current["version"] == version else
@@ -207,6 +226,6 @@ def register(run: dict, name: str, tags: dict[str, str], challenge: Judge | None
     decision = {"model": name, "version": int(version), "promoted": promoted, "reason": reason,
                 "champion": int(current["version"]) if current else None,
                 "champion_comparison": comparison, "history": history(client, name)[-5:]}
-    log.info("registered %s version %s (challenger); champion %s: %s", name, version,
-             "is it" if promoted else f"stays at {decision['champion']}", reason)
+    log.log(logging.WARNING if silent else logging.INFO, "registered %s version %s (challenger); champion %s: %s",
+            name, version, "is it" if promoted else f"stays at {decision['champion']}", reason)
     return decision
