@@ -132,7 +132,7 @@ def test_metrics_json_is_bounded_and_dvc_metrics_show_stays_narrow_at_57_classes
     (repo / "metrics.json").write_text(json.dumps(summary))
     shown = subprocess.run(dvc + ["metrics", "show"], cwd=repo, capture_output=True, text=True, check=True).stdout
     widest = max(map(len, shown.splitlines()))
-    assert 300 < widest < 3000, widest  # 103 738 characters on the 57-class corpus before
+    assert 300 < widest < 5000, widest  # 155 347 characters on a 57-class run before (a real one: 2 586 now)
 
 
 def test_a_long_tail_of_token_lengths_gets_one_bin_counted_not_drawn():
