@@ -238,3 +238,44 @@ def test_validation_predictions_from_another_corpus_are_one_line():
     frame = pd.DataFrame({"doc_id": ["a"], "prob_sport": [1.0]})
     with pytest.raises(UserError, match=r"validation predictions have no probability for class\(es\) \['tech'\].*dvc repro train"):
         with_model(np.full((1, 2), 0.5), np.array(["a"]), ["sport", "tech"], {"validation": frame})
+
+
+@pytest.mark.slow  # ~50 s: ingest, tokenize, split, baseline and 10 folds on the demo
+def test_a_near_duplicate_pair_with_two_labels_is_kept_grouped_counted_and_listed_for_review(tmp_path, monkeypatch,
+                                                                                             caplog):
+    """The default params (ingest.near_duplicates.conflicts: keep): a near-copy of a business
+    story filed under tech stays, both documents in one split with their labels, counted by
+    ingest, and the labels stage gives each its group and the other label, which the report's
+    label-issues section lists."""
+    import logging
+
+    shutil.copytree(REPO / "data" / "sample", tmp_path / "sample")
+    words = (tmp_path / "sample" / "business" / "01.txt").read_text(encoding="utf-8").split()
+    words[len(words) // 2] = "indeed"
+    (tmp_path / "sample" / "tech" / "copy.txt").write_text(" ".join(words), encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    with caplog.at_level(logging.INFO, logger="ingest"):
+        p = ingest_tokenize_split(write_params(tmp_path / "params.yaml", ingest={"source": str(tmp_path / "sample")},
+                                               tokenize={"max_length": 64}))
+    assert ("near_duplicate_mixed_groups 1 (2 documents, kept, listed for review by the labels stage)"
+            in caplog.text)
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["kept"] == 81 and report["skipped"] == {}
+    assert report["near_duplicates"]["near_duplicate_mixed_groups"] == 1
+    assert report["near_duplicates"]["near_duplicate_mixed_documents"] == 2
+    pair = ["business/01.txt", "tech/copy.txt"]
+    splits = pd.read_parquet("sp.parquet").set_index("source_path").loc[pair]
+    assert splits["label"].tolist() == ["business", "tech"] and splits["split"].nunique() == 1
+    run_baseline(p)
+    table = run_labels(p).set_index("source_path")
+    group = report["near_duplicates"]["mixed_label_groups"][0]["group"]
+    assert table.loc[pair, "group"].tolist() == [group, group]
+    assert table.loc[pair, "group_labels"].tolist() == ["tech", "business"]
+    assert (table.drop(pair)["group_labels"] == "").all()
+    summary = json.loads((tmp_path / "li.json").read_text())
+    assert summary["mixed_groups"] == {"groups": 1, "documents": 2, "flagged": int(table.loc[pair, "flagged"].sum())}
+    blocks = labels_section(summary, table.reset_index(), pd.read_parquet("c.parquet"))
+    assert any(isinstance(b, Para) and "**1 near-duplicate groups hold two labels** (2 documents" in b.text
+               for b in blocks)
+    (listed,) = [b for b in blocks if isinstance(b, Table) and b.header[0] == "group"]
+    assert listed.rows[0][:3] == [group, splits["split"].iloc[0], "business/01.txt (business); tech/copy.txt (tech)"]
