@@ -4,8 +4,8 @@ baseline stage (and, with --finetune, a short fine-tune) under each, on BBC or D
 
     .venv/bin/python benchmarks/near_dup_conflicts.py --corpus fortunes --work /tmp/ndc-fortunes
     .venv/bin/python benchmarks/near_dup_conflicts.py --corpus bbc --work /tmp/ndc-bbc
-    .venv/bin/python benchmarks/near_dup_conflicts.py --corpus fortunes --work /tmp/ndc-fortunes \\
-        --finetune --max-length 64 --max-steps 600
+    .venv/bin/python benchmarks/near_dup_conflicts.py --corpus fortunes --work /tmp/ndc-fortunes-ft \\
+        --finetune --no-baseline --max-length 64
 
 Each policy runs the real stages (ingest, split, baseline; tokenize and train with --finetune)
 with params.yaml's other defaults. The two test sets differ: keep's holds the mixed-label groups
@@ -52,8 +52,9 @@ def run_policy(work: Path, source: Path, conflicts: str, args) -> None:
     p = ["--params", str(folder / "params.yaml")]
     ingest.main(p + ["--corpus", "c.parquet", "--report", "r.json"])
     split.main(p + ["--corpus", "c.parquet", "--splits", "sp.parquet", "--counts", "n.json"])
-    baseline.main(p + ["--corpus", "c.parquet", "--splits", "sp.parquet", "--out", "b.json", "--predictions",
-                       "bp.parquet"])
+    if not args.no_baseline:
+        baseline.main(p + ["--corpus", "c.parquet", "--splits", "sp.parquet", "--out", "b.json", "--predictions",
+                           "bp.parquet"])
     if args.finetune:
         tokenize.main(p + ["--corpus", "c.parquet", "--tokens", "t.parquet", "--stats", "s.json",
                            "--histogram", "h.csv"])
@@ -107,6 +108,7 @@ def main() -> None:
     parser.add_argument("--finetune", action="store_true", help="also tokenize, train one epoch, predict test")
     parser.add_argument("--max-length", type=int, default=64)
     parser.add_argument("--max-steps", type=int, default=0, help="train.max_steps (0: the whole epoch)")
+    parser.add_argument("--no-baseline", action="store_true", help="skip the baseline stage (with --finetune)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
     work = Path(args.work).resolve()
@@ -120,7 +122,8 @@ def main() -> None:
         log.info("conflicts: %s: seen %d, kept %d, skipped %s; %d mixed-label groups (%d documents)", c,
                  report["files_seen"], report["kept"], report["skipped"], nd["near_duplicate_mixed_groups"],
                  nd["near_duplicate_mixed_documents"])
-    compare(work, "bp.parquet", "baseline")
+    if not args.no_baseline:
+        compare(work, "bp.parquet", "baseline")
     if args.finetune:
         compare(work, "mp.parquet", "fine-tune")
 
