@@ -23,7 +23,8 @@ import pyarrow as pa
 
 from textclf.common import UserError, write_json, write_parquet
 from textclf.config import BaselineParams, LabelsParams, load_params
-from textclf.data.labelsets import is_multilabel, labels_of
+from textclf.data.labelsets import hot, is_multilabel, labels_of
+from textclf.data.weights import resolve
 from textclf.evaluate.baseline import BATCH, fit_and_predict, fit_hashed
 from textclf.evaluate.label_issues_multilabel import cross_fit_sets, judge_sets
 from textclf.inference.frames import PROB_PREFIX
@@ -159,12 +160,12 @@ def run_labels(paths: LabelsPaths) -> None:
     # multi-label: folds stratified by each document's first label (a label set is too rare a stratum)
     strata = np.array([(labels_of(s) or [""])[0] for s in labels.tolist()], dtype=object) if multilabel else labels
     fold = fold_of(strata, corpus.column("group").to_numpy(zero_copy_only=False), cfg.folds, params.baseline.seed)
+    # auto resolved once, on the whole corpus: every fold's judge weighs its classes alike
+    weights = resolve(params.train.class_weights, hot(labels, classes) if multilabel else labels)
     if multilabel:
-        probs = cross_fit_sets(corpus.column("text").to_pylist(), labels, classes, fold, params.baseline,
-                               params.train.class_weights)
+        probs = cross_fit_sets(corpus.column("text").to_pylist(), labels, classes, fold, params.baseline, weights)
     else:
-        probs = cross_fit(corpus.column("text"), labels, classes, fold, params.baseline,
-                          params.train.class_weights)
+        probs = cross_fit(corpus.column("text"), labels, classes, fold, params.baseline, weights)
     predictions = pd.read_parquet(paths.predictions)
     model = {"test": predictions}
     if paths.val_predictions:
