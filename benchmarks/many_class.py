@@ -5,7 +5,7 @@ fine-tune silences small classes that the TF-IDF baseline finds.
     .venv/bin/python benchmarks/many_class.py --corpora stdlib --set train.class_weights=none
 
 Corpora: bbc (/work/shared/data/bbc: 5 balanced classes), fortunes (Debian's fortune files,
-benchmarks/int8_agreement.py: 41 classes, 10 to 1 250 each) and stdlib (the standard library's
+benchmarks/int8_agreement.py: 42 classes, 10 to 1 250 each) and stdlib (the standard library's
 docstrings by module, benchmarks/stdlib_corpus.py: 116 classes, 15 to 742 each, near-duplicate
 siblings with different labels). --fraction F keeps each class's first ceil(F n) documents
 (at least MIN_KEEP): the imbalance stays, the cost falls (fortunes defaults to 0.3).
