@@ -194,7 +194,8 @@ def test_class_weights_and_window_weights_multiply():
 
 
 def test_auto_resolves_per_corpus_in_train_and_is_logged(tmp_path, tiny_random_bert, monkeypatch, caplog):
-    """The default on the demo (16 documents a class): none, and the tag says so; with `tech`
+    """The default on the demo (16 documents a class): none, and the tag says so, the same training
+    as `none` (the demo's model does not change); with `tech`
     cut to 3 documents (one to train on: ratio 11 >= AUTO_RATIO): balanced, logged with the ratio in
     class_weights.json, and the baseline resolves it alike."""
     source = tmp_path / "sample"
@@ -205,6 +206,10 @@ def test_auto_resolves_per_corpus_in_train_and_is_logged(tmp_path, tiny_random_b
     run = mlflow.get_run(json.loads((tmp_path / "run.json").read_text())["run_id"])
     assert run.data.params["train.class_weights"] == "auto" and run.data.tags["class_weights"] == "none"
     assert "class_weights.json" not in {a.path for a in mlflow.MlflowClient().list_artifacts(run.info.run_id)}
+    write_params(tmp_path / "params.yaml", train={"class_weights": "none"})
+    run_train(p, model_dir="m-none", curve="curve-none.csv", run_file="run-none.json")
+    assert (tmp_path / "curve-none.csv").read_text() == (tmp_path / "curve.csv").read_text()  # the same model
+    write_params(tmp_path / "params.yaml", train={"class_weights": "auto"})
 
     for f in sorted((source / "tech").glob("*.txt"))[3:]:
         f.unlink()
