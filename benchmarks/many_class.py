@@ -38,6 +38,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "src"), str(ROOT / "benchmarks")]
+from calibration import base_params  # noqa: E402
 from corpus_scale import CHILD  # noqa: E402  (a stage in a fresh process, its own peak RSS)
 from int8_agreement import BBC, fortunes_corpus  # noqa: E402
 from stdlib_corpus import build as stdlib_corpus  # noqa: E402
@@ -73,18 +74,10 @@ def source(corpus: str, work: Path, fraction: float) -> Path:
 
 
 def params(work: Path, src: Path, overrides: list[str]) -> None:
-    """params.yaml's defaults, the corpus and each key=value override -> work/params.yaml."""
-    p = yaml.safe_load((ROOT / "params.yaml").read_text())
+    """params.yaml's defaults with each key=value override (calibration.base_params, on the
+    demo's source, which this corpus's replaces) -> work/params.yaml."""
+    p = base_params(work, "demo", overrides)
     p["ingest"]["source"] = str(src)
-    for item in overrides:
-        key, value = item.split("=", 1)
-        *path, last = key.split(".")
-        node = p
-        for part in path:
-            node = node[part]
-        if last not in node:
-            raise SystemExit(f"--set {item}: no param {key} in params.yaml")
-        node[last] = yaml.safe_load(value)
     (work / "params.yaml").write_text(yaml.safe_dump(p, sort_keys=False))
 
 
