@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from textclf.config import BaselineParams, TrainParams
-from textclf.data.weights import class_weights
+from textclf.data.weights import AUTO_RATIO, class_weights, imbalance, positive_weights, resolve
 from textclf.evaluate.baseline import fit_and_predict
 from textclf.model.batching import Split
 from textclf.report.document import to_markdown
@@ -33,6 +33,32 @@ def test_balanced_weights_are_scikit_learns_and_none_is_no_weighting():
     assert class_weights(y, 3, "none") is None
     # a class with no training document weighs 0 (nothing carries it), not inf
     assert class_weights(np.array([0, 0, 1]), 3, "balanced").tolist() == [0.75, 1.5, 0.0]
+
+
+def test_auto_weights_balance_an_imbalanced_corpus_and_leave_a_balanced_one_alone():
+    """train.class_weights auto (the default): balanced from AUTO_RATIO (largest training class
+    over the smallest), none below; the same rule for labels as strings and multi-hot rows."""
+    bbc = np.repeat(np.arange(5), [357, 270, 293, 358, 281])  # BBC's training split: ratio 1.3
+    assert imbalance(bbc) == pytest.approx(358 / 270) and resolve("auto", bbc) == "none"
+    assert class_weights(bbc, 5, "auto") is None
+    rare = np.array(["big"] * 60 + ["mid"] * 30 + ["rare"] * 6)  # ratio 10
+    assert resolve("auto", rare) == "balanced" and resolve("none", rare) == "none"
+    codes = np.unique(rare, return_inverse=True)[1]
+    assert np.array_equal(class_weights(codes, 3, "auto"), class_weights(codes, 3, "balanced"))
+    edge = [0] * int(AUTO_RATIO * 4) + [1] * 4
+    assert resolve("auto", edge) == "balanced" and resolve("auto", edge[1:]) == "none"
+    hot = np.zeros((40, 2))
+    hot[:, 0], hot[:3, 1] = 1, 1  # label 0 on every document, label 1 on 3
+    assert np.array_equal(positive_weights(hot, "auto"), positive_weights(hot, "balanced"))
+    assert positive_weights(np.ones((4, 2)), "auto") is None
+    with pytest.raises(ValueError, match="not one of"):
+        resolve("inverse", rare)
+
+
+def test_the_default_is_auto_in_params_and_config():
+    import yaml
+    assert TrainParams().class_weights == "auto"
+    assert yaml.safe_load((REPO / "params.yaml").read_text())["train"]["class_weights"] == "auto"
 
 
 class Bag(nn.Module):
@@ -115,6 +141,11 @@ def test_the_baseline_weights_its_classes_as_train_class_weights_says():
     _, plain = fit_and_predict(texts, y, test, BaselineParams())
     _, balanced = fit_and_predict(texts, y, test, BaselineParams(), "balanced")
     assert balanced[0, 1] > plain[0, 1]  # the rare class gains probability
+    _, auto = fit_and_predict(texts, y, test, BaselineParams(), "auto")  # 30 to 3: balanced
+    assert np.array_equal(auto, balanced)
+    _, even = fit_and_predict(texts[:6] + texts[30:], y[:6] + y[30:], test, BaselineParams(), "auto")  # 2 to 1
+    _, even_plain = fit_and_predict(texts[:6] + texts[30:], y[:6] + y[30:], test, BaselineParams())
+    assert np.array_equal(even, even_plain)
 
 
 @pytest.fixture
@@ -160,3 +191,39 @@ def test_class_weights_and_window_weights_multiply():
         (ce * torch.tensor([1.0, 3.0, 3.0]) * batch["weights"]).sum().item())
     assert summed_loss(weighted, logits, {"labels": batch["labels"]}).item() == pytest.approx(
         (ce * torch.tensor([1.0, 3.0, 3.0])).sum().item())
+
+
+def test_auto_resolves_per_corpus_in_train_and_is_logged(tmp_path, tiny_random_bert, monkeypatch, caplog):
+    """The default on the demo (16 documents a class): none, and the tag says so, the same training
+    as `none` (the demo's model does not change); with `tech`
+    cut to 3 documents (one to train on: ratio 11 >= AUTO_RATIO): balanced, logged with the ratio in
+    class_weights.json, and the baseline resolves it alike."""
+    source = tmp_path / "sample"
+    shutil.copytree(REPO / "data" / "sample", source)
+    _, p = prepare(tmp_path, source, tiny_random_bert, monkeypatch)
+    write_params(tmp_path / "params.yaml", train={"epochs": 1})
+    run_train(p)
+    run = mlflow.get_run(json.loads((tmp_path / "run.json").read_text())["run_id"])
+    assert run.data.params["train.class_weights"] == "auto" and run.data.tags["class_weights"] == "none"
+    assert "class_weights.json" not in {a.path for a in mlflow.MlflowClient().list_artifacts(run.info.run_id)}
+    write_params(tmp_path / "params.yaml", train={"class_weights": "none"})
+    run_train(p, model_dir="m-none", curve="curve-none.csv", run_file="run-none.json")
+    assert (tmp_path / "curve-none.csv").read_text() == (tmp_path / "curve.csv").read_text()  # the same model
+    write_params(tmp_path / "params.yaml", train={"class_weights": "auto"})
+
+    for f in sorted((source / "tech").glob("*.txt"))[3:]:
+        f.unlink()
+    write_params(tmp_path / "params.yaml", ingest={"min_per_class": 3})
+    _, p = prepare(tmp_path, source, tiny_random_bert, monkeypatch)
+    write_params(tmp_path / "params.yaml", train={"epochs": 1})
+    with caplog.at_level("INFO"):
+        run_train(p, run_file="run2.json")
+        run_baseline(p)
+    run = mlflow.get_run(json.loads((tmp_path / "run2.json").read_text())["run_id"])
+    assert run.data.tags["class_weights"] == "balanced"
+    logged = mlflow.artifacts.load_dict(f"{run.info.artifact_uri}/class_weights.json")
+    assert logged["class_weights"] == "auto" and logged["resolved"] == "balanced"
+    assert logged["imbalance"] >= AUTO_RATIO and logged["classes"]["tech"]["weight"] > 1
+    said = caplog.text
+    assert "train.class_weights: auto is balanced here" in said
+    assert "train.class_weights: auto is balanced on these" in said  # the baseline's

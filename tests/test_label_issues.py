@@ -142,10 +142,8 @@ def test_report_section_shows_the_suspects_and_the_test_accuracy_without_them(pl
     assert f"test accuracy **{summary['test']['accuracy']:.4f}** on all of them" in text
     tables = [b for b in blocks if isinstance(b, Table)]
     per_class, worst = tables[0], tables[-1]
-    noisiest = [r[0] for r in per_class.rows]  # the noisiest class first (report.classes)
-    assert sorted(noisiest) == sorted(summary["per_class"])
-    rates = [summary["per_class"][c]["noise_rate"] for c in noisiest]
-    assert rates == sorted(rates, reverse=True)
+    noisiest_first = sorted(summary["per_class"], key=lambda c: -summary["per_class"][c]["noise_rate"])
+    assert [r[0] for r in per_class.rows] == noisiest_first  # ties in class order (report.classes)
     assert worst.header == ["document", "split", "given", "suggested", "quality", "text"]
     assert {r[0] for r in worst.rows} == set(table.loc[table["flagged"], "source_path"][:summary["show"]])
     assert all(r[2] != r[3] for r in worst.rows)  # a flagged label is not the one the models suggest

@@ -43,7 +43,10 @@ def test_dvc_repro_end_to_end(reproduced, tmp_path):
                 "reports/confusion.png", "data/processed/test_predictions.parquet"):
         assert (repo / rel).is_file(), rel
     metrics = json.loads((repo / "reports/metrics.json").read_text())
-    assert {"accuracy", "macro_f1", "per_class", "confusion", "n_test", "baseline", "gap"} <= set(metrics)
+    assert {"accuracy", "macro_f1", "n_test", "baseline", "gap", "classes"} <= set(metrics)
+    per_class = json.loads((repo / "reports/per_class.json").read_text())  # what grows with the classes
+    assert {"per_class", "confusion", "per_class_accuracy"} <= set(per_class)
+    assert set(per_class) & set(metrics) == {"sets"} and "per_class_coverage" in per_class["sets"]
     report = (repo / "reports/report.md").read_text()
     assert "Test metrics" in report and "TF-IDF baseline" in report
 

@@ -127,6 +127,26 @@ def test_same_params_same_metrics(prepared, tiny_trained):
     assert (tmp / "c2.csv").read_text() == (tiny_trained[0] / "curve.csv").read_text()
 
 
+def test_the_run_time_estimate_is_said_before_training_ends_and_reaches_the_run(prepared, caplog):
+    """Issue 50: after its first steps, train logs the measured pace and the whole run's estimated
+    time, before the first validation (the demo takes 8 steps an epoch, 2 epochs); the estimate is
+    a metric of the run, sent at once (MLflow shows it while training goes on)."""
+    tmp, p = prepared
+    with caplog.at_level("INFO", logger="textclf.train.loop"):
+        run_train(p)
+    said = [r.getMessage() for r in caplog.records if r.name == "textclf.train.loop"]
+    plan = next(i for i, m in enumerate(said) if m.startswith("training: 16 optimizer steps left"))
+    pace = next(i for i, m in enumerate(said) if m.startswith("pace: "))
+    first_epoch = next(i for i, m in enumerate(said) if m.startswith("epoch 1: "))
+    assert plan < pace < first_epoch
+    assert "should take about" in said[pace] and "validation" in said[pace]
+    run_id = json.loads((tmp / "run.json").read_text())["run_id"]
+    client = MlflowClient(tracking_uri())
+    (estimate,) = client.get_metric_history(run_id, "estimated_train_seconds")
+    assert estimate.step == 0 and estimate.value > 0
+    assert client.get_run(run_id).data.metrics["train_steps_per_s"] > 0
+
+
 def test_failed_training_ends_run_failed(prepared):
     tmp, p = prepared
     (tmp / "blocked").write_text("a file where the model folder should go")

@@ -18,6 +18,7 @@ from textclf.inference.pooling import pool_logits
 from textclf.inference.proba import inference_device, mixed_precision_here, precision_for, predict_proba
 from textclf.train.loop import (Callbacks, Span, TrainJob, fit, lr_factor, make_accelerator, make_scheduler,
                               make_train_loader, summed_loss, train_steps)
+from textclf.train.pace import TIMED_STEPS, Pace
 from textclf.train.selection import EpochSelector, validation_loss
 
 
@@ -273,6 +274,44 @@ def test_fit_and_train_steps_take_one_job_not_its_parts():
     kept = fit(TrainJob(model, torch.optim.SGD(model.parameters(), lr=0.1), train, train,
                         TrainParams(epochs=1, batch_size=4), 0, make_accelerator()))
     assert kept is model  # no callbacks, no checkpointer: the defaults train and keep the last epoch
+
+
+def test_pace_estimates_the_run_from_the_timed_steps_tokens():
+    """The first step is not timed; the next TIMED_STEPS give seconds per padded token, which
+    prices the run's tokens, and validation's at a third of that (forward only)."""
+    ticks = iter([10.0, 16.0])  # the timer starts after the warm-up step, stops 6 steps later
+    pace = Pace(steps=100, done=0, tokens=10_000, documents=400, steps_per_epoch=50, validations=2,
+                validation_tokens=3_000, clock=lambda: next(ticks))
+    synced = []
+    got = [pace.tick(100, lambda: synced.append(1)) for _ in range(1 + TIMED_STEPS)]
+    assert got[:-1] == [None] * TIMED_STEPS and len(synced) == 2  # the device waited for twice only
+    assert got[-1] == pytest.approx({"train_steps_per_s": 1.0, "train_documents_per_s": 8.0,
+                                     "estimated_train_seconds": 100 + 20, "estimated_validation_seconds": 20})
+    assert pace.tick(100, lambda: None) is None and pace.finish(lambda: None) is None  # said once
+    assert "about 2 min 00 s" in pace.estimate_line()
+
+
+@pytest.mark.parametrize("max_steps", [0, 3])
+def test_fit_says_the_estimate_before_the_first_validation(max_steps, caplog):
+    """fit plans the steps left, then hands the estimate to on_estimate before the first epoch
+    ends; a training shorter than the timed steps gets it from those it took."""
+    rng = np.random.default_rng(0)
+    ids = [rng.integers(1, 50, size=rng.integers(3, 12)).tolist() for _ in range(60)]
+    labels = rng.integers(0, 3, size=60).tolist()
+    train, val = Split(ids[:40], labels[:40]), Split(ids[40:], labels[40:])  # 10 steps an epoch
+    torch.manual_seed(0)
+    model = BagOfEmbeddings()
+    events = []
+    callbacks = Callbacks(on_epoch=lambda row, probs: events.append(("epoch", row["epoch"])),
+                          on_estimate=lambda estimate, step: events.append(("estimate", estimate, step)))
+    with caplog.at_level("INFO", logger="textclf.train.loop"):
+        fit(TrainJob(model, torch.optim.SGD(model.parameters(), lr=0.1), train, val,
+                     TrainParams(epochs=2, batch_size=4, max_steps=max_steps), 0, make_accelerator(), callbacks))
+    assert events[0][0] == "estimate" and events[1] == ("epoch", 1)
+    assert events[0][1]["estimated_train_seconds"] > 0 and events[0][2] == 0
+    assert [e for e in events if e[0] == "estimate"] == [events[0]]
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert f"training: {max_steps or 20} optimizer steps left" in said and "pace: " in said
 
 
 def row(epoch: int, f1: float, loss: float) -> dict:

@@ -179,8 +179,9 @@ class TrainParams(Section):
     patience: int = ranged(0, 0)  # stop after N epochs without a better validation score (0: never)
     max_steps: int = ranged(0, 0)  # stop after N optimizer steps in all, mid-epoch too (0: the epochs decide)
     # balanced: each class's loss weighted n / (C * n_c) on the training split (logged as
-    # class_weights.json); the baseline stage weights its classes alike
-    class_weights: Literal["none", "balanced"] = "none"
+    # class_weights.json); the baseline stage weights its classes alike. auto: balanced where the
+    # largest training class is textclf.data.weights.AUTO_RATIO times the smallest or more, else none
+    class_weights: Literal["none", "balanced", "auto"] = "auto"
     # temperature: one scalar fitted on validation with the kept weights, saved with the model
     # and applied by every predictor (docs/calibration.md); none: the raw softmax is served
     calibration: Literal["temperature", "none"] = "temperature"

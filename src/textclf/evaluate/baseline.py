@@ -23,7 +23,7 @@ from sklearn.preprocessing import normalize
 
 from textclf.config import BaselineParams, load_params
 from textclf.data.labelsets import is_multilabel
-from textclf.data.weights import class_weights
+from textclf.data.weights import class_weights, resolve
 from textclf.evaluate.baseline_multilabel import fit_multilabel, multilabel_predictions
 from textclf.evaluate.metrics import classification_scores
 from textclf.inference.frames import PROB_PREFIX
@@ -41,7 +41,8 @@ BATCH = 10_000  # corpus rows read, and test documents scored, at a time
 def fit_and_predict(train_texts: list[str], train_y: list[str], test_texts: list[str],
                     cfg: BaselineParams, weights: str = "none") -> tuple[list[str], np.ndarray]:
     """-> (classes, test probabilities (N, C) in that class order). weights: train.class_weights
-    (scikit-learn's "balanced" is textclf.data.weights' rule)."""
+    (scikit-learn's "balanced" is textclf.data.weights' rule; auto resolved on train_y)."""
+    weights = resolved(weights, train_y)
     model = make_pipeline(
         TfidfVectorizer(ngram_range=(1, cfg.ngram_max), sublinear_tf=True, min_df=cfg.min_df),
         LogisticRegression(C=cfg.C, max_iter=2000, random_state=cfg.seed,
@@ -98,6 +99,7 @@ class Rows:
 def fit_hashed(train_texts, train_y: np.ndarray, cfg: BaselineParams,
                weights: str = "none") -> tuple[HashedTfidf, SGDClassifier]:
     """train_texts: Arrow strings (a ChunkedArray), labels (N,); weights: train.class_weights."""
+    weights = resolved(weights, train_y)
     rng = np.random.default_rng(cfg.seed)
     texts = Rows(train_texts)
     n = len(texts)
@@ -115,6 +117,14 @@ def fit_hashed(train_texts, train_y: np.ndarray, cfg: BaselineParams,
             rows = order[start:start + SGD_BATCH]
             model.partial_fit(features(texts(rows)), train_y[rows], classes=classes)
     return features, model
+
+
+def resolved(weights: str, train_y) -> str:
+    """train.class_weights on these training labels: auto said and resolved as the fine-tune's."""
+    used = resolve(weights, train_y)
+    if weights == "auto":
+        log.info("train.class_weights: auto is %s on these %d training documents", used, len(train_y))
+    return used
 
 
 def read_split(corpus: str, splits: pd.DataFrame, name: str):

@@ -18,6 +18,7 @@ from sklearn.multiclass import OneVsRestClassifier
 from textclf.config import BaselineParams
 from textclf.common import UserError
 from textclf.data.labelsets import hot, label_sets, labels_of
+from textclf.data.weights import resolve
 from textclf.evaluate.multilabel import decide, multilabel_scores, tune_thresholds
 from textclf.inference.frames import PROB_PREFIX
 
@@ -36,6 +37,7 @@ def fit_multilabel(texts: dict[str, list[str]], sets: dict[str, np.ndarray], cfg
                         "multi-label baseline fits in memory only; raise baseline.hashing_from if "
                         "this machine holds the TF-IDF matrix (about 1 GB per 100 000 documents).")
     labels = sorted({label for s in sets["train"] for label in labels_of(s)})
+    weights = resolve(weights, hot(sets["train"], labels))  # auto: as the fine-tune resolves it
     features = TfidfVectorizer(ngram_range=(1, cfg.ngram_max), sublinear_tf=True, min_df=cfg.min_df)
     model = OneVsRestClassifier(LogisticRegression(C=cfg.C, max_iter=2000, random_state=cfg.seed,
                                                    class_weight="balanced" if weights == "balanced" else None))

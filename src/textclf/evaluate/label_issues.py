@@ -23,8 +23,9 @@ import pyarrow as pa
 
 from textclf.common import UserError, write_json, write_parquet
 from textclf.config import BaselineParams, LabelsParams, load_params
-from textclf.data.labelsets import is_multilabel, labels_of
+from textclf.data.labelsets import hot, is_multilabel, labels_of
 from textclf.data.mixed_groups import mixed_counts, other_labels
+from textclf.data.weights import resolve
 from textclf.evaluate.baseline import BATCH, fit_and_predict, fit_hashed
 from textclf.evaluate.label_issues_multilabel import cross_fit_sets, judge_sets
 from textclf.inference.frames import PROB_PREFIX
@@ -164,12 +165,12 @@ def run_labels(paths: LabelsPaths) -> None:
     strata = np.array([(labels_of(s) or [""])[0] for s in labels.tolist()], dtype=object) if multilabel else labels
     groups = corpus.column("group").to_numpy(zero_copy_only=False)
     fold = fold_of(strata, groups, cfg.folds, params.baseline.seed)
+    # auto resolved once, on the whole corpus: every fold's judge weighs its classes alike
+    weights = resolve(params.train.class_weights, hot(labels, classes) if multilabel else labels)
     if multilabel:
-        probs = cross_fit_sets(corpus.column("text").to_pylist(), labels, classes, fold, params.baseline,
-                               params.train.class_weights)
+        probs = cross_fit_sets(corpus.column("text").to_pylist(), labels, classes, fold, params.baseline, weights)
     else:
-        probs = cross_fit(corpus.column("text"), labels, classes, fold, params.baseline,
-                          params.train.class_weights)
+        probs = cross_fit(corpus.column("text"), labels, classes, fold, params.baseline, weights)
     predictions = pd.read_parquet(paths.predictions)
     model = {"test": predictions}
     if paths.val_predictions:

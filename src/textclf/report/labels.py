@@ -86,7 +86,11 @@ def noise_table(summary: dict) -> Table:
 
 def quality(value: float) -> str:
     """A label quality with its digits: among many classes the most suspect labels get a probability
-    of 1e-4 or less, which three decimals show as 0.000 for every one of them."""
+    of 1e-4 or less, which three decimals show as 0.000 for every one of them. Exactly 0 is a class
+    the cross-fitted baseline never saw (all its documents in the judged fold: one near-duplicate
+    group, say), and says so: that label was not judged, only flagged."""
+    if value == 0:
+        return "0 (class not in the other folds)"
     return f"{value:.3f}" if value >= 0.001 else f"{value:.1e}"
 
 

@@ -29,12 +29,19 @@ def results_section(curve: pd.DataFrame, metrics: dict) -> list[Block]:
              f"on {metrics['n_test']} documents, with the weights of epoch {metrics['kept_epoch']} "
              "(`train.select`)." + multilabel_note(metrics)),
         *([Para(f"**{len(zero)} of {len(labels)} classes at F1 0** (test documents, none right): "
-                f"{named(zero)}. Worst F1 first.")] if zero else []),
+                f"{named(zero)}. Worst F1 first, and at 0 the most test documents first.")] if zero else []),
         class_table(["class", "precision", "recall", "F1", "support", "MLflow name"], rows,
-                    worst=lambda i: per_class[labels[i]]["f1"], marked=lambda i: labels[i] in zero),
+                    worst=lambda i: zero_first(per_class[labels[i]]["f1"], per_class[labels[i]]["support"]),
+                    marked=lambda i: labels[i] in zero),
         Para("Per-class metrics are logged as `test_f1.<MLflow name>` (and precision, recall); a "
              "name that needed characters replaced carries a hash of the class name, and the run's "
              "`class_names.json` maps every class to its name.")]
+
+
+def zero_first(score: float, support: int) -> tuple[float, int]:
+    """A per-class table's order: the lowest score first and, among the classes at 0, the one
+    with the most test documents first (the costliest silence); other ties keep their order."""
+    return score, -support if score == 0 else 0
 
 
 def confusion_png(confusion: dict[str, dict[str, int]]) -> bytes:
@@ -91,7 +98,8 @@ def baseline_section(metrics: dict) -> list[Block]:
           if lost else []),
         class_table(["label", "documents", "model recall", "baseline recall"] if several else
                     ["class", "documents", "model accuracy", "baseline accuracy"], rows,
-                    worst=lambda i: per_class[classes[i]]["model"], marked=lambda i: classes[i] in lost)]
+                    worst=lambda i: zero_first(per_class[classes[i]]["model"], per_class[classes[i]]["support"]),
+                    marked=lambda i: classes[i] in lost)]
     if several:
         blocks.insert(2, Para("Several labels per document: a document is right when its whole label "
                               "set is; per label, the share of its documents each system gives it."))

@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 
 from textclf.model.batching import PAD_LABEL, Collator, LengthGroupedBatchSampler, RankShard, Split, TokenDataset
 from textclf.train.checkpoint import Checkpointer, Progress
+from textclf.train.pace import Pace, duration, plan
 from textclf.train.selection import EpochSelector, validation_scores
 from textclf.config import TrainParams
 from textclf.data.tokens import TokenIds
@@ -40,8 +41,11 @@ class Callbacks:
     on_epoch(row, validation probabilities) after each epoch's validation, row = {'epoch',
     'train_loss', 'val_accuracy', 'val_macro_f1', 'val_loss'}; on_saved(epoch) once that
     epoch's checkpoint is saved: what goes to a tracking store goes there, so a store that
-    fails never costs an epoch the checkpoint does not hold."""
+    fails never costs an epoch the checkpoint does not hold. on_estimate(estimate, step) once
+    the first steps are timed (textclf.train.pace: steps/s, documents/s, the run's seconds),
+    step the optimizer steps taken before this process started (0 unless resumed)."""
     on_epoch: Callable[[dict, np.ndarray], object] | None = None
+    on_estimate: Callable[[dict, int], object] | None = None
     on_saved: Callable[[int], object] | None = None
 
 
@@ -65,6 +69,7 @@ class TrainJob:
     selector: EpochSelector = field(default_factory=EpochSelector)
     class_weight: np.ndarray | None = None
     chunk_pooling: str = "mean"
+    pace: Pace | None = None  # fit's: times the first steps, for the run's estimate
 
 
 @dataclass(frozen=True)
@@ -119,10 +124,7 @@ def make_train_loader(train: Split, cfg: TrainParams, pad_id: int, rank: int = 0
     memory on CUDA (see make_accelerator). With `world` processes, this process's share of
     each global batch of train.batch_size: not for accelerator.prepare, which would shard again.
     With chunks, a row is a window, with its document's label and weight (Split.row_weights)."""
-    ids = train.input_ids
-    # TokenIds: from the offsets alone
-    lengths = ids.lengths if isinstance(ids, TokenIds) else [len(s) for s in ids]
-    grouped = LengthGroupedBatchSampler(lengths, cfg.batch_size, cfg.seed)
+    grouped = LengthGroupedBatchSampler(lengths_of(train.input_ids), cfg.batch_size, cfg.seed)  # TokenIds: offsets
     sampler = RankShard(grouped, rank, world) if world > 1 else grouped
     dataset = TokenDataset(train.input_ids, train.row_labels(), train.row_weights())
     return DataLoader(dataset, batch_sampler=sampler, collate_fn=Collator(pad_id),
@@ -139,9 +141,10 @@ def train_steps(job: TrainJob, scheduler, loader: DataLoader, span: Span = Span(
     """The job's optimizer steps over the prepared `loader` (the job's model and optimizer
     prepared too) that `span` names -> (summed loss, a device tensor; the last step, which
     counts a resumed epoch's earlier steps as the loss counts their loss_start). After
-    every step, the job's checkpointer may save. class_weight (C,): each document's loss
-    times its class's weight (train.class_weights)."""
-    model, optimizer, accelerator, cfg = job.model, job.optimizer, job.accelerator, job.params
+    every step, the job's checkpointer may save, and its pace times it (the run's estimate,
+    said once, on the bar too). class_weight (C,): each document's loss times its class's
+    weight (train.class_weights)."""
+    model, optimizer, accelerator, cfg, pace = job.model, job.optimizer, job.accelerator, job.params, job.pace
     first_step, max_steps = span.first_step, span.max_steps
     model.train()
     # summed, then weighted by this process's share of the global batch, so that the gradient
@@ -160,8 +163,9 @@ def train_steps(job: TrainJob, scheduler, loader: DataLoader, span: Span = Span(
             torch.set_rng_state(rng)  # run did before its checkpoint: same dropout masks
     # the bar starts at the resumed step and counts the batches trained on, not those skipped
     # (counted twice, they ran past the epoch's total), its rate and ETA theirs alone
+    postfix = {} if pace is None or pace.estimate is None else {"run": run_time(pace.estimate)}
     bar = tqdm(batches, desc=f"epoch {span.epoch}/{cfg.epochs}", total=min(max_steps or len(loader), len(loader)),
-               initial=first_step, disable=not accelerator.is_local_main_process)
+               initial=first_step, disable=not accelerator.is_local_main_process, postfix=postfix or None)
     step = first_step
     for step, batch in enumerate(bar, first_step + 1):
         batch = {k: v.to(accelerator.device, non_blocking=True) for k, v in batch.items()}
@@ -176,13 +180,34 @@ def train_steps(job: TrainJob, scheduler, loader: DataLoader, span: Span = Span(
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
         loss_sum += loss.detach()  # stays on the device: no host sync per step
+        if pace is not None and (estimate := pace.tick(batch["input_ids"].numel(), loss_sum.item)):
+            said(job, pace, estimate)
+            postfix["run"] = run_time(estimate)
+            bar.set_postfix(postfix)
         if step % LOG_EVERY == 0:
-            bar.set_postfix(loss=f"{loss_sum.item() / step:.4f}")
+            postfix["loss"] = f"{loss_sum.item() / step:.4f}"
+            bar.set_postfix(postfix)
         if job.checkpointer is not None:
             job.checkpointer.after_step(accelerator, span.epoch, step, loss_sum)
         if step == max_steps:
             break
+    if pace is not None and (estimate := pace.finish(loss_sum.item)):  # a run shorter than the timed steps
+        said(job, pace, estimate)
     return loss_sum, step
+
+
+def run_time(estimate: dict) -> str:
+    """The progress bar's `run=≈...`: the whole training's estimated time."""
+    return "≈" + duration(estimate["estimated_train_seconds"])
+
+
+def said(job: TrainJob, pace: Pace, estimate: dict) -> None:
+    """The estimate logged and handed to on_estimate, on rank 0."""
+    if not job.accelerator.is_main_process:
+        return
+    log.info("%s", pace.estimate_line())
+    if job.callbacks.on_estimate is not None:
+        job.callbacks.on_estimate(estimate, pace.done)
 
 
 def resident() -> str:
@@ -247,6 +272,12 @@ def fit(job: TrainJob) -> nn.Module:
     job = dataclasses.replace(job, model=model, optimizer=optimizer)  # the steps run the prepared ones
     start = job.checkpointer.restore(accelerator) if job.checkpointer else Progress()
     log.info("before the first step: %s resident (data, model, optimizer)", resident())
+    sampler.set_epoch(start.epoch + 1)  # the first epoch's batches, to count its tokens (set again below)
+    pace = plan(sampler, lengths_of(job.train.input_ids), total, start.epoch * len(loader) + start.step,
+                len(job.train.labels), lengths_of(job.validation.input_ids))
+    if accelerator.is_main_process:
+        log.info("%s", pace.plan_line(cfg.batch_size))
+    job = dataclasses.replace(job, pace=pace)  # the steps time themselves with it
     for epoch in range(start.epoch + 1, math.ceil(total / len(loader)) + 1):
         if selector.should_stop():  # checked first, so a resumed training stops alike
             log.info("stopping early before epoch %d: no better validation %s for %d epochs "
@@ -264,6 +295,10 @@ def fit(job: TrainJob) -> nn.Module:
     model = accelerator.unwrap_model(model)
     selector.restore(model)
     return model
+
+
+def lengths_of(ids: TokenIds | list[list[int]]) -> list[int] | np.ndarray:
+    return ids.lengths if isinstance(ids, TokenIds) else [len(s) for s in ids]  # TokenIds: offsets alone
 
 
 def end_epoch(job: TrainJob, epoch: int, train_loss: float) -> None:

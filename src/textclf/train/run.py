@@ -187,12 +187,19 @@ def train(job: Training) -> Trained:
     tracker.flush()  # the guards' tags
     before = guards.snapshot(model)  # the seeded initial weights, rebuilt the same on resume
     loop_job = TrainJob(model, optimizer, job.splits["train"], job.splits["validation"], cfg, pad_id(job.tokenizer),
-                        job.accelerator, Callbacks(on_epoch=curve, on_saved=lambda epoch: tracker.flush()),
+                        job.accelerator, Callbacks(on_epoch=curve, on_saved=lambda epoch: tracker.flush(),
+                                                   on_estimate=lambda values, step: log_now(tracker, values, step)),
                         checkpointer=job.checkpointer, selector=selector, class_weight=loss_weights(job),
                         chunk_pooling=job.params.model.chunk_pooling)
     with deferred_interrupts():  # SIGINT/SIGTERM: checkpoint at the next step, then stop
         model = fit_setfit(loop_job) if cfg.method == "setfit" else fit(loop_job)
     return Trained(model=model, before=before, encoder=encoder, selector=selector, curve=curve, book=book)
+
+
+def log_now(tracker: Tracker, values: dict[str, float], step: int) -> None:
+    """Metrics the run shows while it trains (the time estimate): queued, then sent at once."""
+    tracker.log_metrics(values, step=step)
+    tracker.flush()
 
 
 def save_and_upload(job: Training, trained: Trained, tracker: RunLog, active: ActiveRun) -> None:

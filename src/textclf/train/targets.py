@@ -9,7 +9,7 @@ import numpy as np
 from torch import nn
 
 from textclf.common import write_parquet
-from textclf.data.weights import class_weights, positive_weights
+from textclf.data.weights import AUTO_RATIO, class_weights, imbalance, positive_weights, resolve
 from textclf.evaluate.multilabel import decide, multilabel_scores, tune_thresholds
 from textclf.inference.frames import judged_frame
 from textclf.inference.proba import predict_proba
@@ -24,22 +24,29 @@ log = logging.getLogger("train")
 
 
 def loss_weights(job: Training) -> np.ndarray | None:
-    """train.class_weights on the training split -> (C,) or None; logged (class_weights.json).
-    Multi-label: each label's positive weight in its binary cross-entropy."""
+    """train.class_weights on the training split -> (C,) or None; what `auto` resolved to and
+    the weights logged (class_weights.json, the tag class_weights). Multi-label: each label's
+    positive weight in its binary cross-entropy."""
     train = job.splits["train"]
     mode = job.params.train.class_weights
-    weights = (positive_weights(train.labels, mode) if train.multilabel
-               else class_weights(train.labels, len(job.labels), mode))
+    used = resolve(mode, train.labels)
+    ratio = imbalance(train.labels)
+    job.tracker.set_tag("class_weights", used)
+    if mode == "auto":
+        log.info("train.class_weights: auto is %s here: the largest training class is %.1f times the smallest "
+                 "(balanced from %g)", used, ratio, AUTO_RATIO)
+    weights = (positive_weights(train.labels, used) if train.multilabel
+               else class_weights(train.labels, len(job.labels), used))
     if weights is None:
         return None
     counts = (np.asarray(train.labels).sum(axis=0) if train.multilabel
               else np.bincount(train.labels, minlength=len(job.labels)))
     described = {label: {"weight": round(float(w), 6), "training_documents": int(n)}
                  for label, w, n in zip(job.labels, weights, counts)}
-    log.info("class weights (train.class_weights: %s): %s", job.params.train.class_weights,
+    log.info("class weights (train.class_weights: %s): %s", mode,
              ", ".join(f"{k} {v['weight']:.3f}" for k, v in described.items()))
-    job.tracker.log_dict({"class_weights": job.params.train.class_weights, "classes": described},
-                         "class_weights.json")
+    job.tracker.log_dict({"class_weights": mode, "resolved": used, "imbalance": round(ratio, 3),
+                          "classes": described}, "class_weights.json")
     return weights
 
 

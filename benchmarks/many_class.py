@@ -1,0 +1,171 @@
+"""Corpora as users bring them (issue 50): per corpus, what the pipeline costs and whether its
+fine-tune silences small classes that the TF-IDF baseline finds.
+
+    OMP_NUM_THREADS=2 .venv/bin/python benchmarks/many_class.py                  # bbc fortunes stdlib
+    .venv/bin/python benchmarks/many_class.py --corpora stdlib --set train.class_weights=none
+
+Corpora: bbc (/work/shared/data/bbc: 5 balanced classes), fortunes (Debian's fortune files,
+benchmarks/int8_agreement.py: 42 classes, 10 to 1 250 each) and stdlib (the standard library's
+docstrings by module, benchmarks/stdlib_corpus.py: 116 classes, 15 to 742 each, near-duplicate
+siblings with different labels). --fraction F keeps each class's first ceil(F n) documents
+(at least MIN_KEEP): the imbalance stays, the cost falls (fortunes defaults to 0.3).
+Each stage runs as `python -m stages.<name>` in a fresh process in --work/<corpus>, with this
+checkout's src first on the path and params.yaml's defaults plus the short recipe (RECIPE, then
+each --set): ingest, tokenize, split, baseline (wall time, peak RSS of the stage process),
+labels (its default folds, the baseline's test predictions standing in for the model's, as
+benchmarks/labels_scale.py does; stopped after --labels-timeout s) and train; the trained
+model folder's Predictor scores the test split. Prints a Markdown table and one JSON line:
+documents kept by ingest, class_weights as resolved, accuracy and macro-F1 of both, and the
+silent classes: with >= MIN_TEST test documents, F1 0 for the fine-tune where the baseline's is
+above 0 (issue 50's goal: none, and the fine-tune's macro-F1 not below the baseline's).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "src"), str(ROOT / "benchmarks")]
+from calibration import base_params  # noqa: E402
+from corpus_scale import CHILD  # noqa: E402  (a stage in a fresh process, its own peak RSS)
+from int8_agreement import BBC, fortunes_corpus  # noqa: E402
+from stdlib_corpus import build as stdlib_corpus  # noqa: E402
+from throughput_helpers import table  # noqa: E402
+
+log = logging.getLogger("many-class")
+RECIPE = ["tokenize.max_length=128", "train.epochs=1", "train.batch_size=16"]  # fits 2 cores
+FRACTION = {"bbc": 1.0, "fortunes": 0.3, "stdlib": 1.0}
+MIN_KEEP = 10  # a subsampled class keeps this many documents (ingest.min_per_class is 5)
+MIN_TEST = 5  # issue 50: a silent class has at least this many test documents
+
+
+def source(corpus: str, work: Path, fraction: float) -> Path:
+    """The corpus as a folder of class folders, each class cut to its first ceil(fraction n)."""
+    full = work / "full"
+    if not full.is_dir():
+        if corpus == "bbc":
+            shutil.copytree(BBC, full, ignore=shutil.ignore_patterns("README*"))
+        elif corpus == "fortunes":
+            fortunes_corpus(full, 5)
+        else:
+            stdlib_corpus(full, min_docs=15)
+    if fraction >= 1:
+        return full
+    cut = work / f"cut{fraction}"
+    if not cut.is_dir():
+        for folder in sorted(p for p in full.iterdir() if p.is_dir()):
+            files = sorted(folder.iterdir())
+            (cut / folder.name).mkdir(parents=True)
+            for f in files[:max(math.ceil(fraction * len(files)), min(len(files), MIN_KEEP))]:
+                shutil.copy(f, cut / folder.name / f.name)
+    return cut
+
+
+def params(work: Path, src: Path, overrides: list[str]) -> None:
+    """params.yaml's defaults with each key=value override (calibration.base_params, on the
+    demo's source, which this corpus's replaces) -> work/params.yaml."""
+    p = base_params(work, "demo", overrides)
+    p["ingest"]["source"] = str(src)
+    (work / "params.yaml").write_text(yaml.safe_dump(p, sort_keys=False))
+
+
+def stage(name: str, work: Path, *args: str, timeout: float | None = None) -> tuple[float | None, float | None]:
+    """One stage in a fresh process -> (wall seconds, peak RSS GiB); (None, None) past `timeout`."""
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}:{ROOT}", "HF_HUB_OFFLINE": "1",
+           "MLFLOW_TRACKING_URI": f"sqlite:///{work / 'mlflow.db'}"}
+    cmd = [sys.executable, "-c", CHILD, f"stages.{name}", "--params", "params.yaml", *args]
+    started = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        log.warning("%s stopped after %.0f s", name, timeout)
+        return None, None
+    seconds = time.perf_counter() - started
+    (work / f"{name}.log").write_text(proc.stderr)
+    if proc.returncode != 0:
+        sys.exit(f"{name} failed in {work}:\n{proc.stderr[-3000:]}")
+    log.info("%s: %.1f s", name, seconds)
+    return seconds, int(proc.stderr.rsplit("peak_kib", 1)[1]) / 2**20
+
+
+def per_class_f1(truth: list[str], predicted: list[str], classes: list[str]) -> np.ndarray:
+    from sklearn.metrics import f1_score
+    return f1_score(truth, predicted, labels=classes, average=None, zero_division=0)
+
+
+def measure(corpus: str, root: Path, fraction: float, overrides: list[str], labels_timeout: float) -> dict:
+    from textclf.data.weights import imbalance, resolve
+    from textclf.inference.predictor import Predictor
+    work = root / corpus
+    work.mkdir(parents=True, exist_ok=True)
+    src = source(corpus, work, fraction)
+    params(work, src, RECIPE + overrides)
+    stage("ingest", work, "--corpus", "c.parquet", "--report", "r.json")
+    stage("tokenize", work, "--corpus", "c.parquet", "--tokens", "t.parquet", "--stats", "s.json",
+          "--histogram", "h.csv")
+    stage("split", work, "--corpus", "c.parquet", "--splits", "sp.parquet", "--counts", "n.json")
+    base_s, base_gib = stage("baseline", work, "--corpus", "c.parquet", "--splits", "sp.parquet", "--out", "b.json",
+                             "--predictions", "bp.parquet")
+    labels_s, _ = stage("labels", work, "--corpus", "c.parquet", "--splits", "sp.parquet", "--predictions",
+                        "bp.parquet", "--table", "li.parquet", "--summary", "li.json", timeout=labels_timeout)
+    train_s, _ = stage("train", work, "--tokens", "t.parquet", "--splits", "sp.parquet", "--model-dir", "model",
+                       "--curve", "curve.csv", "--guards", "guards.json", "--movement", "mv.csv",
+                       "--run-file", "run.json", "--checkpoint-dir", "ckpt", "--val-predictions", "vp.parquet")
+    corpus_df = pd.read_parquet(work / "c.parquet", columns=["doc_id", "text", "label"])
+    splits = pd.read_parquet(work / "sp.parquet", columns=["doc_id", "split"])
+    docs = corpus_df.merge(splits, on="doc_id")
+    train_labels = docs.loc[docs["split"] == "train", "label"].to_numpy()
+    test = docs[docs["split"] == "test"].sort_values("doc_id")
+    base = pd.read_parquet(work / "bp.parquet").set_index("doc_id").loc[test["doc_id"]]
+    predictor = Predictor(work / "model")
+    model_pred = list(np.asarray(predictor.labels)[predictor.predict_proba(test["text"].tolist()).argmax(axis=1)])
+    truth, classes = test["label"].tolist(), sorted(set(train_labels))
+    f1_model, f1_base = per_class_f1(truth, model_pred, classes), per_class_f1(truth, base["predicted"].tolist(), classes)
+    support = test["label"].value_counts().reindex(classes, fill_value=0).to_numpy()
+    silent = [c for c, m, b, n in zip(classes, f1_model, f1_base, support) if n >= MIN_TEST and m == 0 and b > 0]
+    ingest = json.loads((work / "r.json").read_text())
+    mode = yaml.safe_load((work / "params.yaml").read_text())["train"]["class_weights"]
+    return {"corpus": corpus, "fraction": fraction, "documents": ingest["files_seen"], "kept": ingest["kept"],
+            "classes": len(classes), "train ratio": imbalance(train_labels),
+            "class_weights": f"{mode} → {resolve(mode, train_labels)}",
+            "baseline s": base_s, "baseline GiB": base_gib, "labels s": labels_s if labels_s else f"> {labels_timeout:.0f}",
+            "baseline acc": 100 * float(np.mean(base["predicted"].to_numpy() == test["label"].to_numpy())),
+            "baseline macro-F1": 100 * float(np.mean(f1_base)), "train s": train_s,
+            "fine-tune acc": 100 * float(np.mean(np.asarray(model_pred) == test["label"].to_numpy())),
+            "fine-tune macro-F1": 100 * float(np.mean(f1_model)),
+            "F1 0 (fine-tune / baseline)": f"{int((f1_model == 0).sum())} / {int((f1_base == 0).sum())}",
+            "silent": ", ".join(silent) or "none",
+            "silent_class guard": json.loads((work / "guards.json").read_text())["silent_class"]["status"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--corpora", nargs="+", default=["bbc", "fortunes", "stdlib"], choices=list(FRACTION))
+    parser.add_argument("--fraction", type=float, default=None, help="of each class (default: FRACTION's)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a param over the recipe")
+    parser.add_argument("--labels-timeout", type=float, default=600)
+    parser.add_argument("--work", default="/tmp/many-class-bench")
+    args = parser.parse_args()
+    root = Path(args.work).resolve()
+    rows = [measure(c, root, args.fraction or FRACTION[c], args.set, args.labels_timeout) for c in args.corpora]
+    print(f"\nmany_class: {' '.join(RECIPE + args.set)}, {os.environ.get('OMP_NUM_THREADS', 'all')} threads\n")
+    print(table(rows, list(rows[0])) + "\n")
+    print(json.dumps(rows))
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    main()

@@ -1,0 +1,113 @@
+"""What a training will cost, said after its first few optimizer steps: the measured steps/s and
+documents/s, and the estimated seconds of the whole run (its steps and validations)."""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+import numpy as np
+
+WARMUP_STEPS = 1  # the first step allocates and fills caches: several times slower, not timed
+TIMED_STEPS = 6  # then these are timed: a few seconds on a CPU, the estimate within a few %
+# validation runs the forward pass alone, about a third of a training step's work per token
+# (forward + backward ≈ 3 forwards), on every validation row once per epoch
+FORWARD_SHARE = 1 / 3
+
+
+def padded_tokens(batches: Iterable[list[int]], lengths: np.ndarray) -> int:
+    """Token slots of `batches` (index lists) once padded to each batch's longest row: what a
+    step costs grows with them, not with the step count (length-grouped batches differ 5-fold)."""
+    return int(sum(len(b) * int(lengths[b].max()) for b in batches))
+
+
+@dataclass
+class Pace:
+    """This process's remaining training, measured as it starts: `steps` optimizer steps (after
+    the `done` a resumed training took before) over
+    `tokens` padded token slots (their batches as this process sees them), `documents` training
+    documents per epoch in `steps_per_epoch` steps, and `validations` passes over
+    `validation_tokens` token slots. tick() after each step -> the estimate, once, when the timed
+    steps are done (finish() at an epoch's end gives it from fewer, for a short run)."""
+    steps: int
+    done: int
+    tokens: int
+    documents: int
+    steps_per_epoch: int
+    validations: int
+    validation_tokens: int
+    clock: Callable[[], float] = time.perf_counter
+    estimate: dict[str, float] | None = None
+    _seen: int = 0
+    _timed_tokens: int = 0
+    _start: float = field(default=0.0)
+
+    def tick(self, batch_tokens: int, sync: Callable[[], object]) -> dict[str, float] | None:
+        """After a step over `batch_tokens` padded slots; `sync` waits for the device (called
+        only where the timer starts and stops) -> the estimate when it is first known."""
+        if self.estimate is not None:
+            return None
+        self._seen += 1
+        if self._seen == WARMUP_STEPS:
+            sync()
+            self._start = self.clock()
+            return None
+        self._timed_tokens += batch_tokens
+        return self.finish(sync) if self._seen == WARMUP_STEPS + TIMED_STEPS else None
+
+    def finish(self, sync: Callable[[], object]) -> dict[str, float] | None:
+        """The estimate from the steps timed so far (none timed: none) -> it, once."""
+        timed = self._seen - WARMUP_STEPS
+        if self.estimate is not None or timed < 1:
+            return None
+        sync()
+        seconds = self.clock() - self._start
+        per_token = seconds / max(1, self._timed_tokens)
+        steps_per_s = timed / seconds
+        train_s = per_token * self.tokens
+        validation_s = per_token * FORWARD_SHARE * self.validation_tokens * self.validations
+        self.estimate = {"train_steps_per_s": steps_per_s,
+                         "train_documents_per_s": steps_per_s * self.documents / self.steps_per_epoch,
+                         "estimated_train_seconds": train_s + validation_s,
+                         "estimated_validation_seconds": validation_s}
+        return self.estimate
+
+    def plan_line(self, batch_size: int) -> str:
+        """What is said before the first step."""
+        return (f"training: {self.steps} optimizer steps left ({self.steps_per_epoch} an epoch of {self.documents} "
+                f"documents, batch {batch_size}) and {self.validations} validations; their time is "
+                f"estimated after {WARMUP_STEPS + TIMED_STEPS} steps")
+
+    def estimate_line(self) -> str:
+        """The estimate, in a line."""
+        e = self.estimate or {}
+        return (f"pace: {e['train_steps_per_s']:.2f} steps/s, {e['train_documents_per_s']:.1f} documents/s: the "
+                f"whole training ({self.steps} steps, {self.validations} validations) should take about "
+                f"{duration(e['estimated_train_seconds'])}, validation {duration(e['estimated_validation_seconds'])} "
+                "of it (train.epochs × steps an epoch, or train.max_steps; train.patience may stop it sooner)")
+
+
+def plan(first_epoch: Iterable[list[int]], lengths, total: int, done: int, documents: int,
+         validation_lengths) -> Pace:
+    """The training left: `total` optimizer steps of which `done` are taken, over `documents`
+    training documents of token `lengths` (rows), batched as `first_epoch` (this process's
+    batches of the first epoch left; its padded tokens scaled to the steps left), validated
+    after each epoch on rows of `validation_lengths` tokens -> its Pace."""
+    batches = list(first_epoch)
+    per_epoch = len(batches)
+    steps = total - done
+    return Pace(steps=steps, done=done, tokens=int(padded_tokens(batches, np.asarray(lengths)) * steps / per_epoch),
+                documents=documents, steps_per_epoch=per_epoch,
+                validations=math.ceil(total / per_epoch) - done // per_epoch,
+                validation_tokens=int(np.sum(validation_lengths)))
+
+
+def duration(seconds: float) -> str:
+    """4000 -> '1 h 07 min'; 75 -> '1 min 15 s'; 12.3 -> '12 s'."""
+    s = int(round(seconds))
+    if s >= 3600:
+        return f"{s // 3600} h {s % 3600 // 60:02d} min"
+    if s >= 60:
+        return f"{s // 60} min {s % 60:02d} s"
+    return f"{s} s"
