@@ -5,7 +5,7 @@ baseline stage (and, with --finetune, a short fine-tune) under each, on BBC or D
     .venv/bin/python benchmarks/near_dup_conflicts.py --corpus fortunes --work /tmp/ndc-fortunes
     .venv/bin/python benchmarks/near_dup_conflicts.py --corpus bbc --work /tmp/ndc-bbc
     .venv/bin/python benchmarks/near_dup_conflicts.py --corpus fortunes --work /tmp/ndc-fortunes-ft \\
-        --finetune --no-baseline --max-length 64
+        --finetune --no-baseline --max-length 64 --max-steps 600 [--train-seed 43]
 
 Each policy runs the real stages (ingest, split, baseline; tokenize and train with --finetune)
 with params.yaml's other defaults. The two test sets differ: keep's holds the mixed-label groups
@@ -47,7 +47,7 @@ def run_policy(work: Path, source: Path, conflicts: str, args) -> None:
     params["ingest"]["source"] = str(source)
     params["ingest"]["near_duplicates"]["conflicts"] = conflicts
     params["tokenize"]["max_length"] = args.max_length
-    params["train"].update(epochs=1, max_steps=args.max_steps)
+    params["train"].update(epochs=1, max_steps=args.max_steps, seed=args.train_seed)
     (folder / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     p = ["--params", str(folder / "params.yaml")]
     ingest.main(p + ["--corpus", "c.parquet", "--report", "r.json"])
@@ -108,6 +108,7 @@ def main() -> None:
     parser.add_argument("--finetune", action="store_true", help="also tokenize, train one epoch, predict test")
     parser.add_argument("--max-length", type=int, default=64)
     parser.add_argument("--max-steps", type=int, default=0, help="train.max_steps (0: the whole epoch)")
+    parser.add_argument("--train-seed", type=int, default=42, help="train.seed (the fine-tune's spread over seeds)")
     parser.add_argument("--no-baseline", action="store_true", help="skip the baseline stage (with --finetune)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
