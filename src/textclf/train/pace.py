@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Iterable
 
 import numpy as np
@@ -41,7 +41,7 @@ class Pace:
     estimate: dict[str, float] | None = None
     _seen: int = 0
     _timed_tokens: int = 0
-    _start: float = field(default=0.0)
+    _start: float = 0.0
 
     def tick(self, batch_tokens: int, sync: Callable[[], object]) -> dict[str, float] | None:
         """After a step over `batch_tokens` padded slots; `sync` waits for the device (called
