@@ -41,8 +41,10 @@ BATCH = 10_000  # corpus rows read, and test documents scored, at a time
 
 
 def tfidf(cfg: BaselineParams) -> TfidfVectorizer:
-    """The in-memory features: word 1..ngram_max-grams seen in min_df documents, sublinear tf x idf."""
-    return TfidfVectorizer(ngram_range=(1, cfg.ngram_max), sublinear_tf=True, min_df=cfg.min_df)
+    """The in-memory features: word 1..ngram_max-grams seen in min_df documents, the
+    max_features most frequent of them, sublinear tf x idf."""
+    return TfidfVectorizer(ngram_range=(1, cfg.ngram_max), sublinear_tf=True, min_df=cfg.min_df,
+                           max_features=cfg.max_features or None)
 
 
 def linear(cfg: BaselineParams, n: int, class_weight=None) -> SGDClassifier:

@@ -5,12 +5,13 @@ Confident learning needs probabilities from a model that never saw the document 
 (in-sample probabilities agree with the given label, wrong or not, and hide the errors). So the
 TF-IDF baseline is cross-fitted over the whole corpus: k folds, grouped by near-duplicate group
 (no document is judged by a model that trained on its edited copy) and stratified by label,
-each fold's documents scored by the baseline fitted on the other folds, in memory below
-baseline.hashing_from training documents and hashed (bounded memory) from it, as the baseline
-stage does. The fine-tuned model's test probabilities are out of sample too; where they exist
-the two are averaged (the ensemble evaluate scores): a bag of words and a contextual encoder
-make different mistakes, so where only one is confidently wrong the mean is less so, and a
-label both disagree with stays suspect.
+each fold's documents scored by the baseline fitted on the other folds with the baseline
+stage's own fitting function, hashed (bounded memory) in every fold or in none: decided once, from
+the largest fold's training documents against baseline.hashing_from. As many folds as the
+smallest class allows (labels.folds at most, 2 at least). The fine-tuned model's test
+probabilities are out of sample too; where they exist the two are averaged (the ensemble
+evaluate scores): a bag of words and a contextual encoder make different mistakes, so where
+only one is confidently wrong the mean is less so, and a label both disagree with stays suspect.
 """
 from __future__ import annotations
 
