@@ -279,3 +279,55 @@ def test_a_near_duplicate_pair_with_two_labels_is_kept_grouped_counted_and_liste
                for b in blocks)
     (listed,) = [b for b in blocks if isinstance(b, Table) and b.header[0] == "group"]
     assert listed.rows[0][:3] == [group, splits["split"].iloc[0], "business/01.txt (business); tech/copy.txt (tech)"]
+
+
+def test_every_fold_fits_the_same_model_type_when_fold_sizes_straddle_hashing_from(caplog):
+    """One fitting function, decided once: with baseline.hashing_from between the smallest and
+    the largest fold's training size, every fold is judged by the hashed baseline (the largest
+    fold's choice), not some by hashed SGD and the rest by the in-memory regression."""
+    import pyarrow as pa
+
+    from textclf.config import BaselineParams
+    from textclf.data.corpus import build_corpus
+    from textclf.evaluate.label_issues import cross_fit, fold_of
+
+    corpus, _ = build_corpus(REPO / "data" / "sample", 1_000_000, 5)
+    labels, classes = corpus["label"].to_numpy(), sorted(set(corpus["label"]))
+    fold = fold_of(labels, corpus["group"].to_numpy(), 3, seed=0)
+    sizes = [int((fold != k).sum()) for k in range(3)]
+    assert min(sizes) < max(sizes), sizes  # the straddle this test is about
+    with caplog.at_level("INFO"):
+        probs = cross_fit(pa.chunked_array([pa.array(corpus["text"].tolist())]), labels, classes, fold,
+                          BaselineParams(hashing_from=max(sizes)), "none")
+    fits = [r.getMessage() for r in caplog.records if "fitted on" in r.getMessage() and "baseline:" in r.getMessage()]
+    assert len(fits) == 3 and all("hashed n-grams + SGD" in m for m in fits), fits
+    assert probs.sum(axis=1).round(6).tolist() == [1.0] * len(corpus)
+
+
+def test_folds_follow_the_smallest_class_and_a_one_document_class_is_named(planted, monkeypatch, caplog):
+    """labels.folds 10, but one class keeps a single (test) document: the stage cross-fits in
+    2 folds, says so in one line naming the class, and records the folds it used."""
+    tmp, _, _ = planted
+    monkeypatch.chdir(tmp)
+    corpus, predictions = pd.read_parquet("c.parquet"), pd.read_parquet("bp.parquet")
+    kept = predictions.loc[predictions["label"] == "tech", "doc_id"].iloc[0]
+    small = corpus[(corpus["label"] != "tech") | (corpus["doc_id"] == kept)]
+    small.to_parquet("c_small.parquet")
+    predictions[(predictions["label"] != "tech") | (predictions["doc_id"] == kept)].to_parquet("bp_small.parquet")
+    with caplog.at_level("WARNING"):
+        labels_stage.main(["--params", "params.yaml", "--corpus", "c_small.parquet", "--splits", "sp.parquet",
+                           "--predictions", "bp_small.parquet", "--table", "s.parquet", "--summary", "s.json"])
+    lowered = [r.getMessage() for r in caplog.records if "labels.folds=10 lowered to 2" in r.getMessage()]
+    assert len(lowered) == 1 and "['tech']" in lowered[0], caplog.text
+    assert json.loads((tmp / "s.json").read_text())["folds"] == 2
+    assert len(pd.read_parquet("s.parquet")) == len(small) < len(corpus)
+
+
+def test_fold_count_is_the_smallest_class_in_groups():
+    """Groups, not documents: a class of 4 documents in 3 near-duplicate groups allows 3 folds."""
+    from textclf.evaluate.label_issues import fold_count
+
+    labels = np.array(["a"] * 20 + ["b"] * 4)
+    groups = np.array([f"a{i}" for i in range(20)] + ["b0", "b0", "b1", "b2"])
+    assert fold_count(labels, groups, 10) == 3
+    assert fold_count(labels, groups, 2) == 2

@@ -1,30 +1,32 @@
-"""The simple thing to beat: TF-IDF (word 1-2-grams, sublinear tf) + a linear classifier.
+"""The simple thing to beat: TF-IDF (word 1-2-grams, sublinear tf) + a linear classifier with
+logistic loss learnt by SGD, one fitting function (`fit_baseline`) for the baseline stage and
+every fold of the labels stage.
 
-Up to baseline.hashing_from training documents: a TfidfVectorizer and a logistic
-regression, fitted in memory. Past it, the vocabulary and the feature matrix would not fit
-(a million documents hold tens of millions of distinct bigrams), so the same features come
-from a HashingVectorizer (2^20 columns, no vocabulary), the idf from a sample, and an
-SGDClassifier (logistic loss, the same regularisation) learns from batches of hashed
-documents; only the texts are held, as Arrow strings. On BBC the two agree within
-0.5 point over split seeds 0-4 (docs/benchmarks.md).
+Up to baseline.hashing_from training documents the features are a TfidfVectorizer's (n-grams
+in at least min_df documents), fitted in memory. Past it, the vocabulary and the feature matrix
+would not fit (a million documents hold tens of millions of distinct bigrams), so the same
+features come from a HashingVectorizer (2^20 columns, no vocabulary), the idf from a sample, and
+the same SGDClassifier learns from batches of hashed documents; only the texts are held, as
+Arrow strings. On BBC the two agree within 0.5 point over split seeds 0-4 (docs/benchmarks.md).
 """
 from __future__ import annotations
 
 import logging
 import math
+import time
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 from sklearn.feature_extraction.text import HashingVectorizer, TfidfVectorizer
-from sklearn.linear_model import LogisticRegression, SGDClassifier
+from sklearn.linear_model import SGDClassifier
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import normalize
+from tqdm.auto import tqdm
 
 from textclf.config import BaselineParams, load_params
 from textclf.data.labelsets import is_multilabel
 from textclf.data.weights import class_weights, resolve
-from textclf.evaluate.baseline_multilabel import fit_multilabel, multilabel_predictions
 from textclf.evaluate.metrics import classification_scores
 from textclf.inference.frames import PROB_PREFIX
 from textclf.common import UserError, open_parquet, write_json, write_parquet
@@ -38,17 +40,64 @@ SGD_BATCH = 1_000
 BATCH = 10_000  # corpus rows read, and test documents scored, at a time
 
 
+def tfidf(cfg: BaselineParams) -> TfidfVectorizer:
+    """The in-memory features: word 1..ngram_max-grams seen in min_df documents, the
+    max_features most frequent of them, sublinear tf x idf."""
+    return TfidfVectorizer(ngram_range=(1, cfg.ngram_max), sublinear_tf=True, min_df=cfg.min_df,
+                           max_features=cfg.max_features or None)
+
+
+def linear(cfg: BaselineParams, n: int, class_weight=None) -> SGDClassifier:
+    """The classifier of every baseline: logistic loss by SGD, the regularisation of a logistic
+    regression at C (which minimises C * sum(loss) + |w|^2 / 2; SGD mean(loss) + alpha |w|^2 / 2)
+    on n training documents. SGD, not lbfgs: lbfgs holds ten gradients of n-grams x classes
+    and took minutes and gigabytes with many classes (docs/benchmarks.md, issue 50)."""
+    return SGDClassifier(loss="log_loss", alpha=1 / (cfg.C * n), random_state=cfg.seed, class_weight=class_weight)
+
+
+def uses_hashing(n_train: int, cfg: BaselineParams) -> bool:
+    """Whether a baseline fitted on n_train documents hashes its features and learns by SGD."""
+    return n_train >= cfg.hashing_from
+
+
+def fit_baseline(texts, y: np.ndarray, cfg: BaselineParams, weights: str = "none",
+                 hashed: bool | None = None):
+    """The baseline's one fit, for the baseline stage and every labels fold -> a model with
+    classes_ and predict_proba(list of texts). texts: a list or Arrow strings; y (N,) labels;
+    weights: train.class_weights; hashed: decided by the caller for a set of fits (the labels
+    stage's folds: one model type in all), else from len(texts) and baseline.hashing_from."""
+    started = time.perf_counter()
+    weights = resolved(weights, y)  # auto: balanced above an imbalance ratio, as the fine-tune's
+    if hashed is None:
+        hashed = uses_hashing(len(texts), cfg)
+    if hashed:
+        import pyarrow as pa
+
+        arrow = texts if isinstance(texts, pa.ChunkedArray) else pa.chunked_array([pa.array(texts, pa.string())])
+        model = Hashed(*fit_hashed(arrow, np.asarray(y), cfg, weights))
+        what = f"hashed n-grams + SGD (baseline.hashing_from={cfg.hashing_from})"
+    else:
+        model = make_pipeline(tfidf(cfg), linear(cfg, len(y), "balanced" if weights == "balanced" else None))
+        model.fit(texts if isinstance(texts, list) else texts.to_pylist(), np.asarray(y))
+        what = f"TF-IDF ({len(model[0].vocabulary_)} n-grams) + SGD"
+    log.info("baseline: %s fitted on %d documents in %.1f s", what, len(y), time.perf_counter() - started)
+    return model
+
+
+def predict(model, texts) -> np.ndarray:
+    """(N, C) probabilities in model.classes_ order, BATCH texts at a time (list or Arrow strings)."""
+    if len(texts) == 0:
+        return np.zeros((0, len(model.classes_)))
+    batch = (lambda i: texts[i:i + BATCH]) if isinstance(texts, list) else lambda i: texts.slice(i, BATCH).to_pylist()
+    return np.concatenate([model.predict_proba(batch(i)) for i in range(0, len(texts), BATCH)])
+
+
 def fit_and_predict(train_texts: list[str], train_y: list[str], test_texts: list[str],
                     cfg: BaselineParams, weights: str = "none") -> tuple[list[str], np.ndarray]:
     """-> (classes, test probabilities (N, C) in that class order). weights: train.class_weights
-    (scikit-learn's "balanced" is textclf.data.weights' rule; auto resolved on train_y)."""
-    weights = resolved(weights, train_y)
-    model = make_pipeline(
-        TfidfVectorizer(ngram_range=(1, cfg.ngram_max), sublinear_tf=True, min_df=cfg.min_df),
-        LogisticRegression(C=cfg.C, max_iter=2000, random_state=cfg.seed,
-                           class_weight="balanced" if weights == "balanced" else None))
-    model.fit(train_texts, train_y)
-    return [str(c) for c in model.classes_], model.predict_proba(test_texts)
+    (scikit-learn's "balanced" is textclf.data.weights' rule)."""
+    model = fit_baseline(train_texts, np.asarray(train_y), cfg, weights)
+    return [str(c) for c in model.classes_], predict(model, test_texts)
 
 
 class HashedTfidf:
@@ -69,6 +118,16 @@ class HashedTfidf:
         x = self.hasher.transform(texts)  # (N, HASH_FEATURES) sparse counts
         x.data = 1 + np.log(x.data)
         return normalize(x.multiply(self.idf).tocsr())
+
+
+class Hashed:
+    """The hashed features and the SGD model that reads them, as one predictor."""
+
+    def __init__(self, features: HashedTfidf, model: SGDClassifier):
+        self.features, self.model, self.classes_ = features, model, model.classes_
+
+    def predict_proba(self, texts: list[str]) -> np.ndarray:
+        return self.model.predict_proba(self.features(texts))
 
 
 class Rows:
@@ -108,14 +167,15 @@ def fit_hashed(train_texts, train_y: np.ndarray, cfg: BaselineParams,
     classes, codes = np.unique(train_y, return_inverse=True)
     # partial_fit refuses class_weight="balanced" (it sees one batch): the same weights, as a dict
     balanced = class_weights(codes, len(classes), weights)
-    # LogisticRegression minimises C * sum(loss) + |w|^2 / 2; SGD mean(loss) + alpha |w|^2 / 2
-    model = SGDClassifier(loss="log_loss", alpha=1 / (cfg.C * n), random_state=cfg.seed,
-                          class_weight=None if balanced is None else dict(zip(classes, balanced.tolist())))
-    for _ in range(math.ceil(MIN_SEEN / n)):
-        order = rng.permutation(n)
-        for start in range(0, n, SGD_BATCH):
-            rows = order[start:start + SGD_BATCH]
-            model.partial_fit(features(texts(rows)), train_y[rows], classes=classes)
+    model = linear(cfg, n, None if balanced is None else dict(zip(classes, balanced.tolist())))
+    passes = math.ceil(MIN_SEEN / n)
+    with tqdm(total=passes * n, desc="baseline SGD", unit="doc", unit_scale=True, mininterval=5) as bar:
+        for _ in range(passes):
+            order = rng.permutation(n)
+            for start in range(0, n, SGD_BATCH):
+                rows = order[start:start + SGD_BATCH]
+                model.partial_fit(features(texts(rows)), train_y[rows], classes=classes)
+                bar.update(len(rows))
     return features, model
 
 
@@ -149,19 +209,10 @@ def predict_test(corpus: str, splits: pd.DataFrame, cfg: BaselineParams,
                  weights: str = "none") -> tuple[np.ndarray, np.ndarray, list[str], np.ndarray]:
     """-> (test doc ids, their labels, classes, test probabilities (N, C))."""
     _, train_y, train_texts = read_split(corpus, splits, "train")
-    if len(train_y) < cfg.hashing_from:
-        test_ids, test_y, test_texts = read_split(corpus, splits, "test")
-        classes, probs = fit_and_predict(train_texts.to_pylist(), train_y.tolist(),
-                                         test_texts.to_pylist(), cfg, weights)
-        return test_ids, test_y, classes, probs
-    log.info("%d training documents >= baseline.hashing_from=%d: hashed n-grams + SGD",
-             len(train_y), cfg.hashing_from)
-    features, model = fit_hashed(train_texts, train_y, cfg, weights)
+    model = fit_baseline(train_texts, train_y, cfg, weights)
     del train_texts  # the test texts are read only now: never both splits' texts at once
     test_ids, test_y, test_texts = read_split(corpus, splits, "test")
-    probs = np.concatenate([model.predict_proba(features(test_texts.slice(i, BATCH).to_pylist()))
-                            for i in range(0, len(test_y), BATCH)])
-    return test_ids, test_y, [str(c) for c in model.classes_], probs
+    return test_ids, test_y, [str(c) for c in model.classes_], predict(model, test_texts)
 
 
 def fit_and_score(train_texts: list[str], train_y: list[str], test_texts: list[str],
@@ -203,6 +254,9 @@ def run_baseline(paths: BaselinePaths) -> None:
 
 def run_multilabel(paths: BaselinePaths, cfg: BaselineParams, weights: str, splits: pd.DataFrame) -> None:
     """The baseline stage on a multi-label corpus: one-vs-rest, thresholds tuned on validation."""
+    # imported here: it fits with this module's features and classifier, so it imports this module
+    from textclf.evaluate.baseline_multilabel import fit_multilabel, multilabel_predictions
+
     read = {name: read_split(paths.corpus, splits, name) for name in ("train", "validation", "test")}
     labels, thresholds, probs = fit_multilabel({k: v[2].to_pylist() for k, v in read.items()},
                                                {k: v[1] for k, v in read.items()}, cfg, weights)

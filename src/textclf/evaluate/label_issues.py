@@ -5,28 +5,32 @@ Confident learning needs probabilities from a model that never saw the document 
 (in-sample probabilities agree with the given label, wrong or not, and hide the errors). So the
 TF-IDF baseline is cross-fitted over the whole corpus: k folds, grouped by near-duplicate group
 (no document is judged by a model that trained on its edited copy) and stratified by label,
-each fold's documents scored by the baseline fitted on the other folds, in memory below
-baseline.hashing_from training documents and hashed (bounded memory) from it, as the baseline
-stage does. The fine-tuned model's test probabilities are out of sample too; where they exist
-the two are averaged (the ensemble evaluate scores): a bag of words and a contextual encoder
-make different mistakes, so where only one is confidently wrong the mean is less so, and a
-label both disagree with stays suspect.
+each fold's documents scored by the baseline fitted on the other folds with the baseline
+stage's own fitting function, hashed (bounded memory) in every fold or in none: decided once, from
+the largest fold's training documents against baseline.hashing_from. As many folds as the
+smallest class allows (labels.folds at most, 2 at least). The fine-tuned model's test
+probabilities are out of sample too; where they exist the two are averaged (the ensemble
+evaluate scores): a bag of words and a contextual encoder make different mistakes, so where
+only one is confidently wrong the mean is less so, and a label both disagree with stays suspect.
 """
 from __future__ import annotations
 
 import logging
+import time
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+from tqdm.auto import tqdm
 
 from textclf.common import UserError, write_json, write_parquet
 from textclf.config import BaselineParams, LabelsParams, load_params
 from textclf.data.labelsets import hot, is_multilabel, labels_of
 from textclf.data.mixed_groups import mixed_counts, other_labels
 from textclf.data.weights import resolve
-from textclf.evaluate.baseline import BATCH, fit_and_predict, fit_hashed
+from textclf.evaluate.baseline import fit_baseline, predict, uses_hashing
 from textclf.evaluate.label_issues_multilabel import cross_fit_sets, judge_sets
 from textclf.inference.frames import PROB_PREFIX
 
@@ -48,43 +52,56 @@ def read_corpus(corpus: str) -> pa.Table:
     return pq.read_table(corpus, columns=["doc_id", "label", "source_path", "group", "text"])
 
 
+def fold_count(labels: np.ndarray, groups: np.ndarray, folds: int) -> int:
+    """labels.folds, lowered to what the smallest class allows (its near-duplicate groups: a
+    group stays in one fold), at least 2; said in one line, with the classes too small for
+    any fold (a single group: each is judged by a model that never saw its class)."""
+    per_class = pd.DataFrame({"label": labels, "group": groups}).groupby("label")["group"].nunique()
+    usable = max(2, min(folds, int(per_class.min())))
+    if usable < folds:
+        tiny = sorted(map(str, per_class.index[per_class < 2]))
+        log.warning("labels.folds=%d lowered to %d: class %r has %d document group(s)%s", folds, usable,
+                    str(per_class.idxmin()), int(per_class.min()),
+                    f"; too small for any fold, judged by models that never saw their class: {tiny}" if tiny else "")
+    return usable
+
+
 def fold_of(labels: np.ndarray, groups: np.ndarray, folds: int, seed: int) -> np.ndarray:
-    """(N,) fold of each document: near-duplicate groups kept whole, labels stratified."""
+    """(N,) fold of each document: near-duplicate groups kept whole, labels stratified, in
+    fold_count(labels.folds) folds."""
     from sklearn.model_selection import StratifiedGroupKFold
 
     n_groups = len(np.unique(groups))
-    if n_groups < folds:
+    if n_groups < 2:
         raise UserError(f"labels.folds={folds} but the corpus holds {n_groups} document group(s); "
-                        f"set labels.folds to at most {n_groups}.")
+                        "cross-fitting needs at least 2: add documents.")
+    folds = fold_count(labels, groups, folds)
     fold = np.empty(len(labels), dtype=np.int64)
     splitter = StratifiedGroupKFold(n_splits=folds, shuffle=True, random_state=seed)
-    for k, (_, held) in enumerate(splitter.split(np.zeros(len(labels)), labels, groups)):
-        fold[held] = k
+    with warnings.catch_warnings():  # a class with fewer groups than folds: fold_count said so
+        warnings.filterwarnings("ignore", "The least populated class", UserWarning)
+        for k, (_, held) in enumerate(splitter.split(np.zeros(len(labels)), labels, groups)):
+            fold[held] = k
     return fold
 
 
 def cross_fit(texts: pa.ChunkedArray, labels: np.ndarray, classes: list[str], fold: np.ndarray,
               cfg: BaselineParams, weights: str) -> np.ndarray:
     """-> (N, C) probabilities, each document's from the baseline fitted on the other folds
-    (a class absent from those folds gets 0)."""
+    (a class absent from those folds gets 0). One model type in every fold: hashed (bounded
+    memory) if the largest fold's training documents reach baseline.hashing_from."""
     probs = np.zeros((len(labels), len(classes)))
     column = {c: i for i, c in enumerate(classes)}
-    for k in range(fold.max() + 1):
+    folds = int(fold.max()) + 1
+    hashed = uses_hashing(max(int((fold != k).sum()) for k in range(folds)), cfg)
+    for k in tqdm(range(folds), desc="labels folds", unit="fold"):
+        started = time.perf_counter()
         train, held = np.flatnonzero(fold != k), np.flatnonzero(fold == k)
-        if len(train) < cfg.hashing_from:
-            seen, p = fit_and_predict(texts.take(pa.array(train)).to_pylist(), labels[train].tolist(),
-                                      texts.take(pa.array(held)).to_pylist(), cfg, weights)
-        else:  # the baseline stage's hashed path: never a vocabulary, scored a batch at a time
-            log.info("fold %d: %d training documents >= baseline.hashing_from=%d: hashed n-grams + SGD",
-                     k + 1, len(train), cfg.hashing_from)
-            features, model = fit_hashed(texts.take(pa.array(train)), labels[train], cfg, weights)
-            held_texts = texts.take(pa.array(held))
-            p = np.concatenate([model.predict_proba(features(held_texts.slice(i, BATCH).to_pylist()))
-                                for i in range(0, len(held), BATCH)])
-            seen = [str(c) for c in model.classes_]
-        probs[np.ix_(held, np.array([column[c] for c in seen]))] = p
-        log.info("fold %d/%d: %d documents judged by a baseline fitted on %d", k + 1, fold.max() + 1,
-                 len(held), len(train))
+        model = fit_baseline(texts.take(pa.array(train)), labels[train], cfg, weights, hashed)
+        p = predict(model, texts.take(pa.array(held)))
+        probs[np.ix_(held, np.array([column[str(c)] for c in model.classes_]))] = p
+        log.info("fold %d/%d: %d documents judged by a baseline fitted on %d in %.1f s", k + 1, folds,
+                 len(held), len(train), time.perf_counter() - started)
     return probs
 
 
@@ -190,7 +207,8 @@ def run_labels(paths: LabelsPaths) -> None:
     # most suspect first; ties in corpus order (a stable sort), so the table is reproducible
     table = table.sort_values("quality", kind="stable").reset_index(drop=True)[COLUMNS]
     write_parquet(table, paths.table)
-    write_json(paths.summary, summary(table, verdict, cfg, classes, model_accuracy(table, predictions), multilabel))
+    write_json(paths.summary, summary(table, verdict, cfg, classes, model_accuracy(table, predictions), multilabel,
+                                      int(fold.max()) + 1))
     log.info("%d of %d documents flagged; estimated share of wrong labels %.3f", table["flagged"].sum(),
              len(table), verdict["estimated_noise"])
 
@@ -211,10 +229,10 @@ def per_class(table: pd.DataFrame, classes: list[str], multilabel: bool) -> pd.D
 
 
 def summary(table: pd.DataFrame, verdict: dict, cfg: LabelsParams, classes: list[str], test: dict,
-            multilabel: bool = False) -> dict:
-    """What the report and MLflow show of the table."""
+            multilabel: bool, folds: int) -> dict:
+    """What the report and MLflow show of the table; folds: those cross-fitted (fold_count's)."""
     by_class = per_class(table, classes, multilabel)
-    return {"documents": len(table), "flagged": int(table["flagged"].sum()), "folds": cfg.folds, "show": cfg.show,
+    return {"documents": len(table), "flagged": int(table["flagged"].sum()), "folds": folds, "show": cfg.show,
             "estimated_noise": verdict["estimated_noise"], "noise_warn": cfg.noise_warn,
             "label_noise": "warn" if verdict["estimated_noise"] > cfg.noise_warn else "pass",
             "flagged_by_split": {s: int(n) for s, n in table.groupby("split")["flagged"].sum().items()},

@@ -9,12 +9,15 @@ and says so.
 from __future__ import annotations
 
 import logging
+import time
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from textclf.common import UserError
 from textclf.config import BaselineParams
 from textclf.data.labelsets import hot, label_sets, labels_of
+from textclf.evaluate.baseline_multilabel import fit_sets
 
 log = logging.getLogger(__name__)
 
@@ -23,30 +26,20 @@ def cross_fit_sets(texts: list[str], sets: np.ndarray, labels: list[str], fold: 
                    cfg: BaselineParams, weights: str) -> np.ndarray:
     """-> (N, C) per-label probabilities, each document's from the one-vs-rest baseline fitted on
     the other folds (a label no training document of a fold carries gets 0 there)."""
-    from sklearn.feature_extraction.text import TfidfVectorizer
-    from sklearn.linear_model import LogisticRegression
-
     if len(texts) >= cfg.hashing_from:
         raise UserError(f"{len(texts)} documents >= baseline.hashing_from={cfg.hashing_from}: multi-label "
                         "label issues fit in memory only, as the multi-label baseline; raise "
                         "baseline.hashing_from if this machine holds the TF-IDF matrix.")
     y = hot(sets, labels)  # (N, C)
     probs = np.zeros(y.shape)
-    for k in range(fold.max() + 1):
+    folds = int(fold.max()) + 1
+    for k in tqdm(range(folds), desc="labels folds", unit="fold"):
+        started = time.perf_counter()
         train, held = np.flatnonzero(fold != k), np.flatnonzero(fold == k)
-        features = TfidfVectorizer(ngram_range=(1, cfg.ngram_max), sublinear_tf=True, min_df=cfg.min_df)
-        x_train = features.fit_transform([texts[i] for i in train])
-        x_held = features.transform([texts[i] for i in held])
-        for c in range(len(labels)):
-            column = y[train, c]
-            if column.all() or not column.any():  # one answer only: that answer, as a probability
-                probs[held, c] = float(column.all())
-                continue
-            model = LogisticRegression(C=cfg.C, max_iter=2000, random_state=cfg.seed,
-                                       class_weight="balanced" if weights == "balanced" else None)
-            probs[held, c] = model.fit(x_train, column).predict_proba(x_held)[:, 1]
-        log.info("fold %d/%d: %d documents judged by a one-vs-rest baseline fitted on %d", k + 1,
-                 fold.max() + 1, len(held), len(train))
+        model = fit_sets([texts[i] for i in train], y[train], cfg, weights)
+        probs[held] = model.predict_proba([texts[i] for i in held])
+        log.info("fold %d/%d: %d documents judged by a one-vs-rest baseline fitted on %d in %.1f s", k + 1,
+                 folds, len(held), len(train), time.perf_counter() - started)
     return probs
 
 
