@@ -2,8 +2,8 @@
 logistic loss learnt by SGD, one fitting function (`fit_baseline`) for the baseline stage and
 every fold of the labels stage.
 
-Up to baseline.hashing_from training documents the features are a TfidfVectorizer's (n-grams
-in at least min_df documents), fitted in memory. Past it, the vocabulary and the feature matrix
+Up to baseline.hashing_from training documents the features are a TfidfVectorizer's (the
+max_features most frequent n-grams), fitted in memory. Past it, the vocabulary and the feature matrix
 would not fit (a million documents hold tens of millions of distinct bigrams), so the same
 features come from a HashingVectorizer (2^20 columns, no vocabulary), the idf from a sample, and
 the same SGDClassifier learns from batches of hashed documents; only the texts are held, as
@@ -254,7 +254,7 @@ def run_baseline(paths: BaselinePaths) -> None:
 
 def run_multilabel(paths: BaselinePaths, cfg: BaselineParams, weights: str, splits: pd.DataFrame) -> None:
     """The baseline stage on a multi-label corpus: one-vs-rest, thresholds tuned on validation."""
-    # imported here: it fits with this module's features and classifier, so it imports this module
+    # imported here: it fits with this module's features, so it imports this module
     from textclf.evaluate.baseline_multilabel import fit_multilabel, multilabel_predictions
 
     read = {name: read_split(paths.corpus, splits, name) for name in ("train", "validation", "test")}
