@@ -23,7 +23,7 @@ from textclf.inference.predictor import Predictor
 from textclf.model.calibration import (CALIBRATION_FILE, conformal_threshold, lac_scores, needed_documents,
                                        review_for, softmax_t)
 from textclf.model.checksums import write_checksums
-from textclf.train.temperature import fit, fit_temperature
+from textclf.model.temperature import fit, fit_temperature
 
 TEXTS = ["The striker scored twice in the cup final.", "Shares fell after the bank's results.",
          "The minister defended the budget in parliament.", "A new phone chip doubles battery life."]

@@ -121,7 +121,7 @@ def test_an_export_that_disagrees_is_not_served(prepared, caplog):
     assert isinstance(load_predictor(good["mlflow"]["model_uri"]), OnnxPredictor)
 
     from stages import evaluate, export
-    export.main(p + ["--model-dir", "model", "--out", "export"])
+    export.main(p + ["--tokens", "t.parquet", "--splits", "sp.parquet", "--model-dir", "model", "--out", "export"])
     broken_export(tmp / "model", tmp / "export")
     with caplog.at_level(logging.WARNING):
         evaluate.main(p + ["--tokens", "t.parquet", "--splits", "sp.parquet", "--model-dir", "model",
@@ -166,7 +166,7 @@ def test_int8_that_disagrees_falls_back_to_float32_then_pytorch(prepared, caplog
     write_params(tmp / "params.yaml", serve={"format": "onnx-int8", "min_agreement": 0.0})
     run_train(p)
     run_baseline(p)
-    export.main(p + ["--model-dir", "model", "--out", "export"])
+    export.main(p + ["--tokens", "t.parquet", "--splits", "sp.parquet", "--model-dir", "model", "--out", "export"])
     meta = json.loads((tmp / "export" / "export.json").read_text())
     assert (meta["file"], meta["fallback"]) == ("model.int8.onnx", {"format": "onnx", "file": "model.onnx"})
     int8 = evaluate_export(p, "m1.json")  # every format passes at min_agreement 0: int8 is served
@@ -229,7 +229,7 @@ def test_an_export_of_another_format_fails_in_one_line(prepared):
     run_train(p)
     run_baseline(p)
     from stages import export
-    export.main(p + ["--model-dir", "model", "--out", "export"])  # params.yaml: onnx-int8
+    export.main(p + ["--tokens", "t.parquet", "--splits", "sp.parquet", "--model-dir", "model", "--out", "export"])  # params.yaml: onnx-int8
     write_params(tmp / "params.yaml", serve={"format": "onnx"})
     with pytest.raises(UserError, match="holds a onnx-int8 export, but serve.format is onnx"):
         from stages import evaluate
