@@ -10,6 +10,7 @@ import pytest
 
 from textclf.evaluate.conformal_report import review_curve, review_metrics, set_metrics
 from textclf.evaluate.export_calibration import calibrator
+from textclf.evaluate.metrics_file import with_per_class
 from textclf.inference.frames import PROB_PREFIX, SAME_ANSWER_ATOL, judged_frame
 from textclf.inference.onnx_predictor import OnnxPredictor
 from textclf.model.batching import read_token_splits
@@ -77,7 +78,8 @@ def served_frame(repo, metrics: dict):
 def assert_figures_are_the_served_formats(repo) -> dict:
     """metrics.json, test_predictions.parquet and review_curve.csv against the served format's
     own numbers -> metrics.json."""
-    metrics = json.loads((repo / "reports" / "metrics.json").read_text())
+    metrics = with_per_class(*(json.loads((repo / "reports" / f"{name}.json").read_text())
+                               for name in ("metrics", "per_class")))
     assert metrics["confidence_format"] == metrics["serving"]["format"]
     frame, served = served_frame(repo, metrics)
     predictions = pd.read_parquet(repo / "data" / "processed" / "test_predictions.parquet")
@@ -87,8 +89,7 @@ def assert_figures_are_the_served_formats(repo) -> dict:
     assert [list(s) for s in predictions["labels"]] == [list(s) for s in frame["labels"]]
     assert metrics["temperature"] == served.calibration.temperature
     sets = set_metrics(frame, served.labels, metrics["sets"]["coverage_target"])
-    assert {k: metrics["sets"][k] for k in ("coverage", "mean_size", "empty_sets")} == \
-        {k: sets[k] for k in ("coverage", "mean_size", "empty_sets")}
+    assert metrics["sets"] == sets
     assert metrics["review"] == review_metrics(frame, metrics["review"]["review_below"])
     pd.testing.assert_frame_equal(pd.read_csv(repo / "reports" / "review_curve.csv"), review_curve(frame), atol=1e-6)
     shown = to_markdown(confidence_section(metrics, predictions))
