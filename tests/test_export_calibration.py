@@ -7,21 +7,26 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
+from stages import evaluate, export
+from textclf.evaluate.champion import read_texts
 from textclf.evaluate.conformal_report import review_curve, review_metrics, set_metrics
-from textclf.evaluate.export_calibration import calibrator
+from textclf.evaluate.export_calibration import calibrator, own_calibrations
 from textclf.evaluate.metrics_file import with_per_class
 from textclf.inference.frames import PROB_PREFIX, SAME_ANSWER_ATOL, judged_frame
 from textclf.inference.onnx_predictor import OnnxPredictor
+from textclf.inference.predictor import Predictor
 from textclf.model.batching import read_token_splits
 from textclf.model.calibration import CALIBRATION_FILE, from_dict, review_for
 from textclf.model.checksums import write_checksums
-from textclf.model.export import export_model, format_folder
+from textclf.model.export import export_float, export_model, format_folder
+from textclf.model.modeling import load_classifier
 from textclf.model.temperature import fit
 from textclf.report.confidence import confidence_section
 from textclf.report.document import to_markdown
 
-from conftest import copy_repo, dvc, write_params
+from conftest import copy_repo, dvc, run_baseline, run_train, write_params
 
 
 def split_of(tokens, splits, name: str, labels: list[str]):
@@ -62,39 +67,75 @@ def test_an_export_without_a_calibration_reads_no_validation(tiny_trained, tmp_p
     assert meta == {"format": "torch"}
 
 
-def served_frame(repo, metrics: dict):
+# The pipeline's paths, and the names the stages write where a test runs them by hand (conftest)
+PIPELINE = {"export": "models/export", "tokens": "data/processed/tokens.parquet",
+            "splits": "data/processed/splits.parquet", "metrics": "reports/metrics.json",
+            "per_class": "reports/per_class.json", "predictions": "data/processed/test_predictions.parquet",
+            "curve": "reports/review_curve.csv"}
+BY_HAND = {"export": "export", "tokens": "t.parquet", "splits": "sp.parquet", "metrics": "metrics.json",
+           "per_class": "pc.json", "predictions": "pred.parquet", "curve": "review_curve.csv"}
+
+
+def served_frame(root, files: dict, metrics: dict):
     """The served format's test probabilities, scored through its own predictor with its own
     calibration -> (its judged frame as served, the predictor)."""
     fmt = metrics["serving"]["format"]
     assert fmt != "torch", "the tiny model's float32 export agrees with PyTorch: an export is served"
-    served = OnnxPredictor(format_folder(repo / "models" / "export", fmt, repo.parent / f"served-{fmt}"))
-    processed = repo / "data" / "processed"
-    test = split_of(processed / "tokens.parquet", processed / "splits.parquet", "test", served.labels)
+    served = OnnxPredictor(format_folder(root / files["export"], fmt, root.parent / f"served-{fmt}"))
+    test = split_of(root / files["tokens"], root / files["splits"], "test", served.labels)
     calibrated = served.calibration.apply(served.proba_of_ids(test.input_ids, test.owner))
     review = review_for(served.calibration, metrics["sets"]["coverage_target"], metrics["review"]["review_below"], fmt)
     return judged_frame(test.doc_ids, np.asarray(test.labels), calibrated, served.labels, None, review), served
 
 
-def assert_figures_are_the_served_formats(repo) -> dict:
-    """metrics.json, test_predictions.parquet and review_curve.csv against the served format's
-    own numbers -> metrics.json."""
-    metrics = with_per_class(*(json.loads((repo / "reports" / f"{name}.json").read_text())
-                               for name in ("metrics", "per_class")))
+def assert_figures_are_the_served_formats(root, files: dict = PIPELINE) -> tuple[dict, pd.DataFrame]:
+    """metrics.json, the test predictions and the review curve against the served format's own
+    numbers -> (metrics, predictions)."""
+    metrics = with_per_class(*(json.loads((root / files[name]).read_text()) for name in ("metrics", "per_class")))
     assert metrics["confidence_format"] == metrics["serving"]["format"]
-    frame, served = served_frame(repo, metrics)
-    predictions = pd.read_parquet(repo / "data" / "processed" / "test_predictions.parquet")
+    frame, served = served_frame(root, files, metrics)
+    predictions = pd.read_parquet(root / files["predictions"])
     cols = [PROB_PREFIX + c for c in served.labels]
     assert np.abs(predictions[cols].to_numpy() - frame[cols].to_numpy()).max() <= 1e-7
     assert predictions["needs_review"].tolist() == frame["needs_review"].tolist()
     assert [list(s) for s in predictions["labels"]] == [list(s) for s in frame["labels"]]
     assert metrics["temperature"] == served.calibration.temperature
-    sets = set_metrics(frame, served.labels, metrics["sets"]["coverage_target"])
-    assert metrics["sets"] == sets
+    assert metrics["sets"] == set_metrics(frame, served.labels, metrics["sets"]["coverage_target"])
     assert metrics["review"] == review_metrics(frame, metrics["review"]["review_below"])
-    pd.testing.assert_frame_equal(pd.read_csv(repo / "reports" / "review_curve.csv"), review_curve(frame), atol=1e-6)
+    pd.testing.assert_frame_equal(pd.read_csv(root / files["curve"]), review_curve(frame), atol=1e-6)
     shown = to_markdown(confidence_section(metrics, predictions))
     assert f"Served model: **{metrics['serving']['format']}**. Every figure of this section" in shown
-    return metrics
+    return metrics, predictions
+
+
+def test_the_figures_are_the_served_exports_not_pytorchs(prepared):
+    """A served float32 export whose logits are PyTorch's times 3 (the same labels, other
+    probabilities), calibrated on its own as the export stage does: evaluate's predictions,
+    sets, review flag and curve follow it."""
+    tmp, p = prepared
+    write_params(tmp / "params.yaml", serve={"format": "onnx"})
+    run_train(p)
+    run_baseline(p)
+    export.main(p + ["--tokens", "t.parquet", "--splits", "sp.parquet", "--model-dir", "model", "--out", "export"])
+    model, labels = load_classifier(tmp / "model")
+    with torch.no_grad():  # sharper: every argmax kept, every probability moved
+        model.hf.classifier.weight.mul_(3)
+        model.hf.classifier.bias.mul_(3)
+    export_float(model, tmp / "export" / "model.onnx")
+    write_checksums(tmp / "export")  # as the exporter writes them
+    own_calibrations(tmp / "export", json.loads((tmp / "export" / "export.json").read_text()),
+                     split_of(tmp / "t.parquet", tmp / "sp.parquet", "validation", labels))
+    evaluate.main(p + ["--tokens", "t.parquet", "--splits", "sp.parquet", "--model-dir", "model",
+                       "--run-file", "run.json", "--guards", "guards.json", "--baseline", "b.json",
+                       "--baseline-predictions", "bp.parquet", "--corpus", "c.parquet", "--export", "export",
+                       "--data-diff", "diff.json", "--metrics", "metrics.json", "--confusion", "conf.csv",
+                       "--per-class", "pc.csv", "--per-class-json", "pc.json", "--predictions", "pred.parquet",
+                       "--review-curve", "review_curve.csv"])
+    metrics, predictions = assert_figures_are_the_served_formats(tmp, BY_HAND)
+    assert (metrics["serving"]["format"], metrics["serving"]["agreement"]) == ("onnx", 1.0)
+    texts = read_texts(str(tmp / "c.parquet"), predictions["doc_id"].tolist())
+    pytorch = Predictor(tmp / "model").predict_proba(texts)  # calibrated, as the PyTorch model serves
+    assert np.abs(predictions.filter(like=PROB_PREFIX).to_numpy() - pytorch).max() > 1e-3  # not PyTorch's
 
 
 @pytest.mark.slow

@@ -3,10 +3,10 @@ the PyTorch one (the share of predicted labels that agree, the largest probabili
 the paired verdict: McNemar + bootstrap, as against the baseline), and against itself, each
 document scored alone and in batches (SAME_ANSWER_ATOL). A format that is significantly
 worse, agrees on fewer labels than serve.min_agreement, or answers a text by what else is in
-its batch is not what gets logged and served: int8
-falls back to the float32 export beside it, that to PyTorch, and the stage says why (one
-warning line naming each fallback, metrics.json, MLflow, the report). The logged model is a
-folder of the served format alone (model.export.format_folder): it runs the file it names."""
+its batch is not what gets logged and served: int8 falls back to the float32 export beside
+it, that to PyTorch, and the stage says why (one warning line naming each fallback,
+metrics.json, MLflow, the report). The logged model is a folder of the served format alone
+(model.export.format_folder): it runs the file it names."""
 from __future__ import annotations
 
 import json
