@@ -237,7 +237,8 @@ def test_an_export_of_another_format_fails_in_one_line(prepared):
     run_train(p)
     run_baseline(p)
     from stages import export
-    export.main(p + ["--tokens", "t.parquet", "--splits", "sp.parquet", "--model-dir", "model", "--out", "export"])  # params.yaml: onnx-int8
+    export.main(p + ["--tokens", "t.parquet", "--splits", "sp.parquet", "--model-dir", "model",  # params.yaml: onnx-int8
+                     "--out", "export"])
     write_params(tmp / "params.yaml", serve={"format": "onnx"})
     with pytest.raises(UserError, match="holds a onnx-int8 export, but serve.format is onnx"):
         from stages import evaluate

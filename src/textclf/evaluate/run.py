@@ -192,7 +192,8 @@ def score_test(paths: EvaluatePaths, params, model, labels: list[str], threshold
         y_pred = probs.argmax(axis=1)
         metrics = test_metrics(y_true, y_pred, labels)
         confusion = pd.DataFrame({"actual": [labels[i] for i in y_true], "predicted": [labels[i] for i in y_pred]})
-    return {**metrics, **confidence, "confidence_format": serving["format"]}, predictions, confusion, serving, model_frame
+    metrics.update(confidence, confidence_format=serving["format"])
+    return metrics, predictions, confusion, serving, model_frame
 
 
 def run(paths: EvaluatePaths) -> None:

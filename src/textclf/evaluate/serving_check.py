@@ -179,7 +179,8 @@ def _log_served(export_dir: Path | None, model_dir: str, corpus: str, doc_ids: l
 
 def serving_mlflow(serving: dict) -> tuple[dict, dict]:
     """-> (metrics, tags) of the check for the training run."""
-    metrics = {f"serve_{k}": serving[k] for k in ("agreement", "max_prob_diff", "accuracy", "batch_diff") if k in serving}
+    metrics = {f"serve_{k}": serving[k] for k in ("agreement", "max_prob_diff", "accuracy", "batch_diff")
+               if k in serving}
     tags = {"serve.format": serving["format"], "serve.requested": serving["requested"]}
     if serving["fallback"]:
         tags["serve.fallback"] = serving["fallback"]
