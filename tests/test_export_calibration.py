@@ -157,7 +157,7 @@ def test_dvc_repro_reports_what_is_served_and_refuses_an_answer_by_batch(tmp_pat
                      per_channel=True)
     write_checksums(export)
     dvc(repo, "repro", "--single-item", "evaluate")  # evaluate alone, on the export as it now is
-    metrics = assert_figures_are_the_served_formats(repo)
+    metrics, _ = assert_figures_are_the_served_formats(repo)
     check = metrics["serving"]["checks"]["onnx-int8"]
     assert metrics["serving"]["format"] == "onnx" and check["batch_differ"] > 0
     assert check["single_calls"] == metrics["n_test"] and check["batch_diff"] > SAME_ANSWER_ATOL
