@@ -15,6 +15,7 @@ from textclf.evaluate.conformal_report import review_curve, review_metrics, set_
 from textclf.evaluate.export_calibration import calibrator, own_calibrations
 from textclf.evaluate.metrics_file import with_per_class
 from textclf.inference.frames import PROB_PREFIX, SAME_ANSWER_ATOL, judged_frame
+from textclf.inference.loading import load_predictor
 from textclf.inference.onnx_predictor import OnnxPredictor
 from textclf.inference.predictor import Predictor
 from textclf.model.batching import read_token_splits
@@ -111,7 +112,7 @@ def assert_figures_are_the_served_formats(root, files: dict = PIPELINE) -> tuple
 def test_the_figures_are_the_served_exports_not_pytorchs(prepared):
     """A served float32 export whose logits are PyTorch's times 3 (the same labels, other
     probabilities), calibrated on its own as the export stage does: evaluate's predictions,
-    sets, review flag and curve follow it."""
+    sets, review flag and curve follow it. The same file with another calibration is logged anew."""
     tmp, p = prepared
     write_params(tmp / "params.yaml", serve={"format": "onnx"})
     run_train(p)
@@ -125,17 +126,25 @@ def test_the_figures_are_the_served_exports_not_pytorchs(prepared):
     write_checksums(tmp / "export")  # as the exporter writes them
     own_calibrations(tmp / "export", json.loads((tmp / "export" / "export.json").read_text()),
                      split_of(tmp / "t.parquet", tmp / "sp.parquet", "validation", labels))
-    evaluate.main(p + ["--tokens", "t.parquet", "--splits", "sp.parquet", "--model-dir", "model",
-                       "--run-file", "run.json", "--guards", "guards.json", "--baseline", "b.json",
-                       "--baseline-predictions", "bp.parquet", "--corpus", "c.parquet", "--export", "export",
-                       "--data-diff", "diff.json", "--metrics", "metrics.json", "--confusion", "conf.csv",
-                       "--per-class", "pc.csv", "--per-class-json", "pc.json", "--predictions", "pred.parquet",
-                       "--review-curve", "review_curve.csv"])
+    evaluate_args = p + ["--tokens", "t.parquet", "--splits", "sp.parquet", "--model-dir", "model",
+                         "--run-file", "run.json", "--guards", "guards.json", "--baseline", "b.json",
+                         "--baseline-predictions", "bp.parquet", "--corpus", "c.parquet", "--export", "export",
+                         "--data-diff", "diff.json", "--confusion", "conf.csv", "--per-class", "pc.csv",
+                         "--predictions", "pred.parquet", "--review-curve", "review_curve.csv"]
+    evaluate.main(evaluate_args + ["--metrics", "metrics.json", "--per-class-json", "pc.json"])
     metrics, predictions = assert_figures_are_the_served_formats(tmp, BY_HAND)
     assert (metrics["serving"]["format"], metrics["serving"]["agreement"]) == ("onnx", 1.0)
     texts = read_texts(str(tmp / "c.parquet"), predictions["doc_id"].tolist())
     pytorch = Predictor(tmp / "model").predict_proba(texts)  # calibrated, as the PyTorch model serves
     assert np.abs(predictions.filter(like=PROB_PREFIX).to_numpy() - pytorch).max() > 1e-3  # not PyTorch's
+    # the same ONNX file with another calibration: a new logged model that carries it
+    meta = json.loads((tmp / "export" / "export.json").read_text())
+    (tmp / "export" / "export.json").write_text(json.dumps({**meta, "calibration": {**meta["calibration"],
+                                                                                     "temperature": 2.5}}))
+    write_checksums(tmp / "export")
+    evaluate.main(evaluate_args + ["--metrics", "m2.json", "--per-class-json", "pc2.json"])
+    again = json.loads((tmp / "m2.json").read_text())["serving"]["model_uri"]
+    assert again != metrics["serving"]["model_uri"] and load_predictor(again).calibration.temperature == 2.5
 
 
 @pytest.mark.slow

@@ -28,7 +28,7 @@ from textclf.inference.onnx_predictor import OnnxPredictor
 from textclf.inference.serving import log_pyfunc
 from textclf.model.calibration import Calibration
 from textclf.model.export import format_folder
-from textclf.model.exported import read_export
+from textclf.model.exported import EXPORT_FILE, read_export
 
 log = logging.getLogger(__name__)
 EXAMPLES = 3  # test texts in the logged model's input example
@@ -163,7 +163,9 @@ def served_model(export_dir: str, model_dir: str, corpus: str, doc_ids: list[str
 def _log_served(export_dir: Path | None, model_dir: str, corpus: str, doc_ids: list[str], serving: dict,
                 training: dict, review: dict) -> str:
     mlflow.set_tracking_uri(training["tracking_uri"])
+    # the ONNX file and its export.json: a re-export with the same file but another calibration logs anew
     tags = {"export_md5": "torch" if export_dir is None else file_md5(export_dir / read_export(export_dir)["file"]),
+            "export_json_md5": "torch" if export_dir is None else file_md5(export_dir / EXPORT_FILE),
             "serve_review": json.dumps(review, sort_keys=True)}
     logged = mlflow.MlflowClient().search_logged_models(  # an evaluate rerun: logged already
         experiment_ids=[training["experiment_id"]], max_results=1,
