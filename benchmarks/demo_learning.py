@@ -52,7 +52,7 @@ def one_run(work: Path, split_seed: int, train_seed: int, epochs: int) -> dict:
                     "--run-file", "run.json", "--checkpoint-dir", "ckpt"])
     baseline.main(p + ["--corpus", "c.parquet", "--splits", "sp.parquet", "--out", "b.json",
                        "--predictions", "bp.parquet"])
-    export.main(p + ["--model-dir", "model", "--out", "export"])
+    export.main(p + ["--tokens", "t.parquet", "--splits", "sp.parquet", "--model-dir", "model", "--out", "export"])
     evaluate.main(p + ["--tokens", "t.parquet", "--splits", "sp.parquet", "--model-dir", "model",
                        "--run-file", "run.json", "--guards", "guards.json", "--baseline", "b.json",
                        "--baseline-predictions", "bp.parquet", "--corpus", "c.parquet", "--export", "export",

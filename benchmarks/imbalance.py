@@ -85,7 +85,7 @@ def run(work: Path, run_dir: Path, overrides: list[str]) -> dict:
     train.main(p + ["--tokens", t, "--splits", w("sp.parquet"), "--model-dir", w("model"), "--curve", w("curve.csv"),
                     "--guards", w("guards.json"), "--movement", w("move.csv"), "--run-file", w("run.json"),
                     "--checkpoint-dir", w("ckpt")])
-    export.main(p + ["--model-dir", w("model"), "--out", w("export")])
+    export.main(p + ["--tokens", t, "--splits", w("sp.parquet"), "--model-dir", w("model"), "--out", w("export")])
     evaluate.main(p + ["--tokens", t, "--splits", w("sp.parquet"), "--model-dir", w("model"),
                        "--run-file", w("run.json"), "--guards", w("guards.json"), "--baseline", w("b.json"),
                        "--baseline-predictions", w("bp.parquet"), "--corpus", c, "--export", w("export"),

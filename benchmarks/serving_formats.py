@@ -153,7 +153,8 @@ def accuracy(args) -> None:
                                     "--run-file", "run.json", "--checkpoint-dir", "ckpt"])
                     baseline.main(p + ["--corpus", "c.parquet", "--splits", "sp.parquet", "--out", "b.json",
                                        "--predictions", "bp.parquet"])
-                export.main(p + ["--model-dir", "model", "--out", fmt])
+                export.main(p + ["--tokens", "t.parquet", "--splits", "sp.parquet", "--model-dir", "model",
+                                 "--out", fmt])
                 evaluate.main(p + ["--tokens", "t.parquet", "--splits", "sp.parquet", "--model-dir", "model",
                                    "--run-file", "run.json", "--guards", "guards.json", "--baseline", "b.json",
                                    "--baseline-predictions", "bp.parquet", "--corpus", "c.parquet", "--export", fmt,

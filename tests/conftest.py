@@ -235,7 +235,7 @@ def run_baseline(p):
 
 def run_evaluate(p, metrics="metrics.json", per_class="pc.json"):
     """The export stage, then evaluate (which checks the export and serves what passes)."""
-    export.main(p + ["--model-dir", "model", "--out", "export"])
+    export.main(p + ["--tokens", "t.parquet", "--splits", "sp.parquet", "--model-dir", "model", "--out", "export"])
     evaluate.main(p + ["--tokens", "t.parquet", "--splits", "sp.parquet", "--model-dir", "model",
                        "--run-file", "run.json", "--guards", "guards.json", "--baseline", "b.json",
                        "--baseline-predictions", "bp.parquet", "--corpus", "c.parquet", "--export", "export",

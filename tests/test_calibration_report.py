@@ -140,7 +140,7 @@ def test_labels_accuracy_and_the_comparison_are_the_same_with_and_without_calibr
     folder, p = prepared
     run_train(p)
     run_baseline(p)
-    export.main(p + ["--model-dir", "model", "--out", "export"])
+    export.main(p + ["--tokens", "t.parquet", "--splits", "sp.parquet", "--model-dir", "model", "--out", "export"])
     evaluate.main(p + ["--tokens", "t.parquet", "--splits", "sp.parquet", "--model-dir", "model",
                        "--run-file", "run.json", "--guards", "guards.json", "--baseline", "b.json",
                        "--baseline-predictions", "bp.parquet", "--corpus", "c.parquet", "--export", "export",

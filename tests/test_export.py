@@ -8,6 +8,7 @@ from pathlib import Path
 
 import mlflow
 import numpy as np
+import onnx
 import pytest
 import torch
 
@@ -18,6 +19,7 @@ from textclf.data.tokenizing import encode_texts
 from textclf.inference.onnx_predictor import OnnxPredictor, token_batches
 from textclf.inference.predictor import Predictor
 from textclf.inference.proba import predict_proba
+from textclf.model.checksums import write_checksums
 from textclf.model.export import export_model
 from textclf.model.modeling import build_model, load_classifier, load_tokenizer, pad_id, save_model
 from textclf.report.document import to_markdown
@@ -121,7 +123,7 @@ def test_an_export_that_disagrees_is_not_served(prepared, caplog):
     assert isinstance(load_predictor(good["mlflow"]["model_uri"]), OnnxPredictor)
 
     from stages import evaluate, export
-    export.main(p + ["--model-dir", "model", "--out", "export"])
+    export.main(p + ["--tokens", "t.parquet", "--splits", "sp.parquet", "--model-dir", "model", "--out", "export"])
     broken_export(tmp / "model", tmp / "export")
     with caplog.at_level(logging.WARNING):
         evaluate.main(p + ["--tokens", "t.parquet", "--splits", "sp.parquet", "--model-dir", "model",
@@ -166,9 +168,15 @@ def test_int8_that_disagrees_falls_back_to_float32_then_pytorch(prepared, caplog
     write_params(tmp / "params.yaml", serve={"format": "onnx-int8", "min_agreement": 0.0})
     run_train(p)
     run_baseline(p)
-    export.main(p + ["--model-dir", "model", "--out", "export"])
+    export.main(p + ["--tokens", "t.parquet", "--splits", "sp.parquet", "--model-dir", "model", "--out", "export"])
     meta = json.loads((tmp / "export" / "export.json").read_text())
-    assert (meta["file"], meta["fallback"]) == ("model.int8.onnx", {"format": "onnx", "file": "model.onnx"})
+    assert (meta["file"], meta["fallback"]["format"], meta["fallback"]["file"]) == \
+        ("model.int8.onnx", "onnx", "model.onnx")
+    # the chain's wiring apart from what int8 is: an int8 file that answers as float32 passes every check
+    stand_in = onnx.load(tmp / "export" / "model.onnx")
+    stand_in.doc_string = "float32 as int8"  # other bytes: the logged models stay apart (export_md5)
+    onnx.save(stand_in, tmp / "export" / "model.int8.onnx")
+    write_checksums(tmp / "export")
     int8 = evaluate_export(p, "m1.json")  # every format passes at min_agreement 0: int8 is served
     assert (int8["format"], int8["fallback"], list(int8["checks"])) == ("onnx-int8", None, ["onnx-int8"])
     logged = load_predictor(int8["model_uri"])
@@ -229,7 +237,8 @@ def test_an_export_of_another_format_fails_in_one_line(prepared):
     run_train(p)
     run_baseline(p)
     from stages import export
-    export.main(p + ["--model-dir", "model", "--out", "export"])  # params.yaml: onnx-int8
+    export.main(p + ["--tokens", "t.parquet", "--splits", "sp.parquet", "--model-dir", "model",  # params.yaml: onnx-int8
+                     "--out", "export"])
     write_params(tmp / "params.yaml", serve={"format": "onnx"})
     with pytest.raises(UserError, match="holds a onnx-int8 export, but serve.format is onnx"):
         from stages import evaluate

@@ -224,7 +224,7 @@ def test_class_weights_balanced_weights_each_labels_positives(tiny_multilabel, t
 def test_a_multilabel_table_through_dvc_repro(tmp_path):
     """The real pipeline (`dvc repro`, the packaged MiniLM) on a multi-label table: every stage
     reads label sets, the model folder holds its thresholds, the report says what its scores
-    mean, and the served model (the registered ONNX int8 pyfunc) answers label lists."""
+    mean, and the served model (the registered ONNX pyfunc) answers label lists."""
     repo = copy_repo(tmp_path / "repo")
     table = write_multilabel_table(tmp_path / "table.jsonl")
     write_params(repo / "params.yaml", ingest={"source": str(table), "task": "multilabel"},
@@ -241,7 +241,9 @@ def test_a_multilabel_table_through_dvc_repro(tmp_path):
     frame = served.predict(pd.DataFrame({"text": ["Shares fell as the bank cut its forecast."]}))
     assert list(frame.columns[:3]) == ["labels", "label", "probability"]
     assert frame["label"][0] == json.dumps(sorted(frame["labels"][0]))
-    assert metrics["serving"]["format"] == "onnx-int8"
+    # an ONNX pyfunc: int8, or float32 where int8's answer depends on its batch (evaluate's check)
+    assert metrics["serving"]["format"] in ("onnx-int8", "onnx")
+    assert metrics["confidence_format"] == metrics["serving"]["format"]
 
 
 def test_the_gate_scores_label_sets_as_label_sets():

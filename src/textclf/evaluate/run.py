@@ -26,7 +26,7 @@ from textclf.inference.frames import PROB_PREFIX, judged_frame
 from textclf.inference.proba import inference_device, predict_proba
 from textclf.common import UserError, read_json, write_csv, write_json, write_parquet
 from textclf.model.batching import Split, read_token_splits
-from textclf.model.calibration import Review, load as load_calibration, review_for
+from textclf.model.calibration import Calibration, load as load_calibration, review_for
 from textclf.model.modeling import (folder_params, is_multilabel_model, load_classifier, load_thresholds,
                                     load_tokenizer, pad_id)
 from textclf.tracking.registry import current_champion, register, split_hash, version_tags
@@ -59,24 +59,38 @@ class EvaluatePaths:
     review_curve: str | None = None  # written: CSV, share answered and its accuracy per serve.review_below
 
 
-def multilabel_results(doc_ids: list[str], y_true: np.ndarray, probs: np.ndarray, thresholds: np.ndarray,
-                       labels: list[str], review: Review | None = None) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
-    """A multi-label model's test results -> (metrics, per-document predictions: doc_id,
-    label and predicted label sets, labels (the list), correct (exact match), prob_<label>,
-    needs_review with a `review`; confusion rows: one (actual, predicted) per label a document
-    carries and label it is given). ECE: the predicted set's probability against exact match,
-    as single-label's is the predicted class's against a right answer. No temperature and no
-    prediction sets: the per-label thresholds decide, the review flag reads the set's probability."""
+def multilabel_results(y_true: np.ndarray, probs: np.ndarray, thresholds: np.ndarray,
+                       labels: list[str]) -> tuple[dict, pd.DataFrame]:
+    """A multi-label model's test results -> (metrics, confusion rows: one (actual, predicted)
+    per label a document carries and label it is given)."""
     pred = decide(probs, thresholds)
     metrics = multilabel_test_metrics(y_true, pred, labels)
     metrics["thresholds"] = dict(zip(labels, thresholds.tolist()))
-    frame = judged_frame(doc_ids, y_true, probs, labels, thresholds, review)
-    metrics["ece"] = calibration(frame["probability"], frame["correct"])["ece"]
-    if review is not None:
-        metrics["review"] = review_metrics(frame, review.review_below)
     names = np.asarray(labels)
     rows = [(a, p) for t, d in zip(np.asarray(y_true, dtype=bool), pred) for a in names[t] for p in names[d]]
-    return metrics, frame, pd.DataFrame(rows, columns=["actual", "predicted"])
+    return metrics, pd.DataFrame(rows, columns=["actual", "predicted"])
+
+
+def answers(doc_ids: list[str], y_true: np.ndarray, raw: np.ndarray, found: Calibration | None, labels: list[str],
+            thresholds: np.ndarray | None, serve, where: str) -> tuple[dict, pd.DataFrame]:
+    """One format's raw test probabilities (documents, C) and its own calibration -> (its
+    confidence figures: ece, ece_raw, brier, brier_raw, temperature, sets, review; its judged
+    frame as it answers: calibrated, with the prediction set and needs_review (serve.*)).
+    Multi-label: no temperature and no sets, the per-label thresholds decide; ECE is the
+    predicted set's probability against exact match, as single-label's is the predicted
+    class's against a right answer, and the review flag reads that probability."""
+    if thresholds is not None:
+        review = review_for(None, serve.coverage, serve.review_below, where, multilabel=True)
+        frame = judged_frame(doc_ids, y_true, raw, labels, thresholds, review)
+        return {"ece": calibration(frame["probability"], frame["correct"])["ece"],
+                "review": review_metrics(frame, review.review_below)}, frame
+    served = raw if found is None else found.apply(raw)
+    review = review_for(found, serve.coverage, serve.review_below, where)
+    frame = judged_frame(doc_ids, y_true, served, labels, None, review)
+    out = calibration_scores(raw, served, y_true, found.temperature if found else None)
+    if review.coverage is not None and review.cut is not None:
+        out["sets"] = set_metrics(frame, labels, review.coverage)
+    return out | {"review": review_metrics(frame, review.review_below)}, frame
 
 
 def versus_baseline(predictions: pd.DataFrame, baseline: pd.DataFrame, labels: list[str], cfg,
@@ -145,11 +159,12 @@ def diff_counts(found: dict) -> dict:
 
 
 def score_test(paths: EvaluatePaths, params, model, labels: list[str], thresholds: np.ndarray | None,
-               test: Split) -> tuple[dict, pd.DataFrame, pd.DataFrame, dict]:
-    """The model on the test split, and the export checked against it -> (metrics, per-document
-    predictions, confusion rows (actual, predicted), the serving check). The export is checked on
-    the raw probabilities; the predictions are what is served: calibrated, with the prediction
-    set and the review flag (serve.coverage, serve.review_below)."""
+               test: Split) -> tuple[dict, pd.DataFrame, pd.DataFrame, dict, pd.DataFrame]:
+    """The model on the test split, and the export checked against it -> (metrics, the served
+    format's per-document predictions, confusion rows (actual, predicted), the serving check,
+    the PyTorch model's per-document predictions). accuracy, macro-F1, per-class scores and the
+    confusion are the PyTorch model's; the calibration, sets, review and predictions the served
+    format's (metrics' confidence_format), from its own probabilities and calibration."""
     cfg = params.evaluate
     y_true = np.asarray(test.labels)  # (N,) classes, or (N, C) multi-hot
     device, mixed = inference_device(cfg.precision)
@@ -161,22 +176,24 @@ def score_test(paths: EvaluatePaths, params, model, labels: list[str], threshold
     def answer(p: np.ndarray) -> np.ndarray:  # per document: its class, or its label set
         return p.argmax(axis=1) if thresholds is None else np.asarray(label_sets(decide(p, thresholds), labels))
     truth = y_true if thresholds is None else np.asarray(label_sets(y_true, labels))
-    serving = check_export(paths.export, test.input_ids, truth, probs, labels, params.serve, cfg, test.owner, answer)
+    serving, scored = check_export(paths.export, test.input_ids, truth, probs, labels, params.serve, cfg,
+                                   test.owner, answer)
+    doc_ids = test.doc_ids or []
+    found = None if thresholds is not None else load_calibration(paths.model_dir)  # None: none saved
+    confidence, model_frame = answers(doc_ids, y_true, probs, found, labels, thresholds, params.serve, paths.model_dir)
+    if scored is not None:  # an export is served: its own probabilities, with its own calibration
+        confidence, predictions = answers(doc_ids, y_true, scored.probs, scored.calibration, labels, thresholds,
+                                          params.serve, paths.export)
+    else:
+        predictions = model_frame
     if thresholds is not None:
-        review = review_for(None, params.serve.coverage, params.serve.review_below, paths.model_dir, multilabel=True)
-        return (*multilabel_results(test.doc_ids or [], y_true, probs, thresholds, labels, review), serving)
-    found = load_calibration(paths.model_dir)  # None: a folder from before, or train.calibration none
-    served = probs if found is None else found.apply(probs)
-    review = review_for(found, params.serve.coverage, params.serve.review_below, paths.model_dir)
-    y_pred = probs.argmax(axis=1)  # a temperature keeps every argmax: the labels are the served ones
-    metrics = test_metrics(y_true, y_pred, labels)
-    predictions = judged_frame(test.doc_ids or [], y_true, served, labels, None, review)
-    metrics.update(calibration_scores(probs, served, y_true, found.temperature if found else None))
-    if review.coverage is not None and review.cut is not None:
-        metrics["sets"] = set_metrics(predictions, labels, review.coverage)
-    metrics["review"] = review_metrics(predictions, review.review_below)
-    confusion = pd.DataFrame({"actual": [labels[i] for i in y_true], "predicted": [labels[i] for i in y_pred]})
-    return metrics, predictions, confusion, serving
+        metrics, confusion = multilabel_results(y_true, probs, thresholds, labels)
+    else:
+        y_pred = probs.argmax(axis=1)
+        metrics = test_metrics(y_true, y_pred, labels)
+        confusion = pd.DataFrame({"actual": [labels[i] for i in y_true], "predicted": [labels[i] for i in y_pred]})
+    metrics.update(confidence, confidence_format=serving["format"])
+    return metrics, predictions, confusion, serving, model_frame
 
 
 def run(paths: EvaluatePaths) -> None:
@@ -189,15 +206,16 @@ def run(paths: EvaluatePaths) -> None:
     multilabel = thresholds is not None
     test = read_token_splits(paths.tokens, paths.splits, labels, names=("test",))[0]["test"]
     doc_ids = test.doc_ids or []
-    metrics, predictions, confusion_rows, serving = score_test(paths, params, model, labels, thresholds, test)
+    metrics, predictions, confusion_rows, serving, model_frame = score_test(paths, params, model, labels,
+                                                                           thresholds, test)
     guard_results = read_json(paths.guards)
     metrics["guards"] = {name: g["status"] for name, g in guard_results.items()}
     # the classes the kept model never recalls on validation: the report names them
     metrics["silent_classes"] = guard_results.get("silent_class", {}).get("classes", [])
     metrics["baseline"] = read_json(paths.baseline)
     metrics["gap"] = {k: metrics[k] - metrics["baseline"][k] for k in ("accuracy", "macro_f1")}
-    metrics.update(versus_baseline(predictions, pd.read_parquet(paths.baseline_predictions), labels, cfg,
-                                   multilabel))
+    metrics.update(versus_baseline(model_frame, pd.read_parquet(paths.baseline_predictions), labels, cfg,
+                                   multilabel))  # the PyTorch model's answers, as accuracy and gap are
     metrics["kept_epoch"] = training.get("kept_epoch")
     metrics["classes"] = class_counts(metrics)
     review = {"coverage": params.serve.coverage, "review_below": params.serve.review_below}

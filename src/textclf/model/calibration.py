@@ -1,6 +1,6 @@
 """Calibrated probabilities and prediction sets (docs/calibration.md). numpy only: the ONNX
-predictor (no torch) applies them as the PyTorch one does; train fits them
-(textclf.train.temperature).
+predictor (no torch) applies them as the PyTorch one does; train fits them for the PyTorch
+model and the export stage for each ONNX format (textclf.model.temperature, scipy).
 
 - Temperature scaling (Guo et al., 2017): one scalar T fitted on validation by the negative
   log-likelihood; p = softmax(log p_raw / T). Labels never change (argmax is kept).

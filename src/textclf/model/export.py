@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import shutil
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,10 +71,13 @@ def quantize_int8(source: Path, target: Path) -> None:
         root.setLevel(level)
 
 
-def export_model(model_dir: str | Path, out_dir: str | Path, fmt: str) -> dict:
+def export_model(model_dir: str | Path, out_dir: str | Path, fmt: str,
+                 calibrate: Callable[[Path, dict], dict] | None = None) -> dict:
     """models/model -> out_dir holding ONNX_FILES[fmt], tokenizer.json and export.json; int8
     keeps the float32 file too (export.json's `fallback`); for serve.format torch only
-    export.json, which says so. Written atomically -> export.json."""
+    export.json, which says so. Written atomically -> export.json. A single-label model's
+    calibration is the PyTorch model's, unless `calibrate(folder, export.json)` (the export
+    stage's: textclf.evaluate.export_calibration) rewrites it as each format's own."""
     model_dir = Path(model_dir)
     params = read_json(model_dir / "params.json")
     with atomic_path(out_dir, folder=True) as tmp:
@@ -101,14 +105,17 @@ def export_model(model_dir: str | Path, out_dir: str | Path, fmt: str) -> dict:
                      (tmp / meta["file"]).stat().st_size / 1e6)
         write_json(tmp / EXPORT_FILE, meta)
         write_checksums(tmp)  # last: every file of the folder, whichever the format wrote
+        if calibrate is not None and "calibration" in meta:  # in tmp: the folder appears calibrated or not at all
+            meta = calibrate(tmp, meta)
     return meta
 
 
 def format_folder(export_dir: str | Path, fmt: str, out: str | Path) -> Path:
     """One format of an export alone in `out`: its ONNX file, tokenizer.json, an export.json
-    naming that file and format (no fallback) and checksums.json -> out. What evaluate checks
-    and logs, so that a logged model says which file it runs and carries no other. The source
-    is verified first: a damaged file is refused, never copied under a new checksum."""
+    naming that file and format, with that format's own calibration (no fallback), and
+    checksums.json -> out. What evaluate checks and logs, so that a logged model says which
+    file it runs and carries no other. The source is verified first: a damaged file is
+    refused, never copied under a new checksum."""
     verify_folder(export_dir, [EXPORT_FILE])
     meta = read_export(export_dir)
     files = {meta["format"]: meta.get("file"), **({meta["fallback"]["format"]: meta["fallback"]["file"]}
@@ -121,8 +128,12 @@ def format_folder(export_dir: str | Path, fmt: str, out: str | Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     for name in (files[fmt], TOKENIZER_FILE):
         shutil.copyfile(Path(export_dir) / name, out / name)
-    write_json(out / EXPORT_FILE, {**{k: v for k, v in meta.items() if k != "fallback"},
-                                   "format": fmt, "file": files[fmt]})
+    # the fallback's own calibration; an export from before formats had their own: the top-level one
+    own = meta["fallback"] if fmt != meta["format"] else meta
+    calibration = own.get("calibration", meta.get("calibration"))
+    write_json(out / EXPORT_FILE, {**{k: v for k, v in meta.items() if k not in ("fallback", "calibration")},
+                                   "format": fmt, "file": files[fmt],
+                                   **({"calibration": calibration} if calibration else {})})
     write_checksums(out)
     return out
 
@@ -135,6 +146,7 @@ class ExportPaths:
     out: str  # written: the exported folder
 
 
-def run_export(paths: ExportPaths) -> None:
-    """The stage: the trained model in serve.format, beside models/model."""
-    export_model(paths.model_dir, paths.out, load_params(paths.params).serve.format)
+def run_export(paths: ExportPaths, calibrate: Callable[[Path, dict], dict] | None = None) -> None:
+    """The stage: the trained model in serve.format, beside models/model, each ONNX format
+    calibrated by `calibrate` (export_model)."""
+    export_model(paths.model_dir, paths.out, load_params(paths.params).serve.format, calibrate)

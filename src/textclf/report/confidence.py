@@ -24,8 +24,19 @@ def warning_note(metrics: dict) -> list[Block]:
     return [Alert(line)] if line else []
 
 
+def source_line(metrics: dict) -> list[Block]:
+    """Which model the section's figures are of (metrics' confidence_format): the served one."""
+    fmt = metrics.get("confidence_format")
+    if fmt is None:  # a metrics.json from before: the PyTorch model's, whatever was served
+        return []
+    whose = ("the PyTorch model, with the calibration fitted at training" if fmt == "torch" else
+             f"the {fmt} export, with its own calibration fitted at export on its validation probabilities")
+    return [Para(f"Served model: **{fmt}**. Every figure of this section is from the probabilities it serves "
+                 f"({whose}); the test accuracy and macro-F1 at the top are the PyTorch model's.")]
+
+
 def confidence_section(metrics: dict, predictions: pd.DataFrame) -> list[Block]:
-    blocks: list[Block] = [Heading(HEADING)]
+    blocks: list[Block] = [Heading(HEADING), *source_line(metrics)]
     multilabel = metrics.get("task") == "multilabel"
     if multilabel:
         blocks.append(Para("Several labels per document: each label is given where its probability reaches "
@@ -55,7 +66,7 @@ def reliability_blocks(metrics: dict, predictions: pd.DataFrame, multilabel: boo
     cols = [c for c in predictions.columns if c.startswith(PROB_PREFIX)]
     raw = uncalibrated(predictions[cols].to_numpy(), t).max(axis=1)
     before = calibration(raw, predictions["correct"])
-    fitted = (f"Temperature **{t:.3f}**, fitted on validation with the kept weights (above 1 softens an "
+    fitted = (f"Temperature **{t:.3f}**, fitted on validation with the served model (above 1 softens an "
               "over-confident model); labels do not change under it." if t != 1.0 else
               "No temperature (1.0): the served probabilities are the raw softmax.")
     return [Para(fitted),

@@ -117,8 +117,8 @@ def serving_section(metrics: dict) -> list[Block]:
     if serving["fallback"]:
         instead = "the PyTorch model is" if serving["format"] == "torch" else f"the {serving['format']} export beside it is"
         blocks.append(Alert(f"the {serving['requested']} export is not served: {serving['fallback']}; {instead}. "
-                            "An export that answers otherwise than the model evaluated here is not served, "
-                            "whatever its accuracy."))
+                            "An export that answers otherwise than the model evaluated here, or by what else is "
+                            "in a request, is not served, whatever its accuracy."))
     return blocks
 
 
@@ -126,9 +126,11 @@ def check_line(fmt: str, check: dict, torch_accuracy: float, named_format: bool)
     """One format's check: agreement first (what decides), then its accuracy against PyTorch's,
     paired; a format not served says so beside its verdict, so a 'better' never reads as 'served'."""
     refused = " (not served: see below)" if check.get("fallback") else ""
+    alone = (f"; {check['single_calls']} documents scored one per call differ from their batched answer by up to "
+             f"{check['batch_diff']:.2g}" if "batch_diff" in check else "")  # a metrics.json from before: no such check
     return ((f"{fmt}: " if named_format else "") + f"{check['agreement']:.2%} of predicted labels agree, "
             f"largest probability difference {check['max_prob_diff']:.4f}; test accuracy {check['accuracy']:.4f} "
-            f"against PyTorch's {torch_accuracy:.4f}, paired: {check['verdict']}{refused}")
+            f"against PyTorch's {torch_accuracy:.4f}, paired: {check['verdict']}{alone}{refused}")
 
 
 def near_duplicates_section(nd: dict) -> list[Block]:

@@ -14,7 +14,7 @@ from textclf.evaluate.multilabel import decide, multilabel_scores, tune_threshol
 from textclf.inference.frames import judged_frame
 from textclf.inference.proba import predict_proba
 from textclf.model.calibration import Calibration
-from textclf.train.temperature import fit as fit_calibration
+from textclf.model.temperature import fit as fit_calibration
 from textclf.model.modeling import pad_id
 
 if TYPE_CHECKING:

@@ -1,6 +1,7 @@
-"""Fitting what calibration.json holds, at the end of training: the temperature on the kept
-weights' validation probabilities and the validation scores prediction sets are cut from
-(textclf.model.calibration applies them; scipy stays out of what a served model imports)."""
+"""Fitting a calibration: the temperature on a model's validation probabilities and the
+validation scores prediction sets are cut from. Train fits the PyTorch model's
+(calibration.json), the export stage each ONNX format's on its own probabilities (export.json);
+textclf.model.calibration applies them, and scipy stays out of what a served model imports."""
 from __future__ import annotations
 
 import logging
@@ -27,7 +28,8 @@ def fit_temperature(probs: np.ndarray, y: np.ndarray) -> float:
 
 
 def fit(probs: np.ndarray, y: np.ndarray) -> Calibration:
-    """(N, C) validation probabilities of the kept weights and (N,) given classes -> Calibration."""
+    """(N, C) validation probabilities of a model (the kept weights, or an export of them) and
+    (N,) given classes -> Calibration."""
     y = np.asarray(y)
     if (probs.argmax(axis=1) == y).all():
         # every document right: the NLL falls as T -> 0 with no minimum, and the fit would make
