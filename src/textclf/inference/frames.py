@@ -16,6 +16,10 @@ if TYPE_CHECKING:  # the type only: the baseline, which shares these frames, nee
     from textclf.model.calibration import Review
 
 PROB_PREFIX = "prob_"  # one column of probabilities per class
+# The largest probability difference allowed between a text scored alone and the same text
+# scored in any batch, on any path: float32 rounding in the padded positions' matmuls, never a
+# label, set or flag (issue 51's contract; the quant branch measures and owns this value).
+SAME_ANSWER_ATOL = 1e-6
 
 
 class TextPredictor(Protocol):

@@ -70,14 +70,16 @@ def quantize_int8(source: Path, target: Path) -> None:
         root.setLevel(level)
 
 
-def export_model(model_dir: str | Path, out_dir: str | Path, fmt: str) -> dict:
+def export_model(model_dir: str | Path, out_dir: str | Path, fmt: str, review: dict | None = None) -> dict:
     """models/model -> out_dir holding ONNX_FILES[fmt], tokenizer.json and export.json; int8
     keeps the float32 file too (export.json's `fallback`); for serve.format torch only
-    export.json, which says so. Written atomically -> export.json."""
+    export.json, which says so. `review` ({coverage, review_below}: serve.*) is recorded as
+    export.json's `review`: every path that loads the folder answers with it. Written
+    atomically -> export.json."""
     model_dir = Path(model_dir)
     params = read_json(model_dir / "params.json")
     with atomic_path(out_dir, folder=True) as tmp:
-        meta: dict = {"format": fmt}
+        meta: dict = {"format": fmt, **({"review": review} if review is not None else {})}
         if fmt in ONNX_FILES:
             model, labels = load_classifier(model_dir)
             export_float(model, tmp / ONNX_FILES["onnx"])
@@ -136,5 +138,8 @@ class ExportPaths:
 
 
 def run_export(paths: ExportPaths) -> None:
-    """The stage: the trained model in serve.format, beside models/model."""
-    export_model(paths.model_dir, paths.out, load_params(paths.params).serve.format)
+    """The stage: the trained model in serve.format, beside models/model, carrying the
+    review its answers are given with (serve.coverage, serve.review_below)."""
+    serve = load_params(paths.params).serve
+    export_model(paths.model_dir, paths.out, serve.format,
+                 review={"coverage": serve.coverage, "review_below": serve.review_below})
