@@ -2,9 +2,8 @@
 probabilities are the same alone, in a batch, shuffled, beside long texts, over REST (one
 request per text and one with all), from `python -m textclf.predict` and from `predict --table`
 at two batch sizes and chunk sizes, and (slow tier) on Spark, for every format evaluate can
-serve. The served review is NOT the default (coverage 0.8, review_below 0.6, recorded by the
-export stage): a path that dropped the folder's decisions, or used the defaults, answers
-other sets and flags. The model is the TINY RANDOM BERT's (conftest): plumbing, not accuracy."""
+serve. The served review is NOT the default (`review`, recorded by the export stage): a path
+that dropped the folder's decisions, or used the defaults, answers other sets and flags. The model is the TINY RANDOM BERT's (conftest): plumbing, not accuracy."""
 from __future__ import annotations
 
 import json
@@ -21,23 +20,23 @@ import pytest
 
 from stages import export
 from textclf import predict
+from textclf.config import ServeParams
 from textclf.inference import table_scores
 from textclf.inference.frames import PROB_PREFIX, SAME_ANSWER_ATOL
-from textclf.inference.loading import load_predictor
-from textclf.inference.serving import log_pyfunc
+from textclf.common import UserError
+from textclf.inference.loading import folder_predictor, load_predictor
+from textclf.inference.serving import check_review, log_pyfunc
 from textclf.model.export import format_folder
+from textclf.model.exported import read_export
 from textclf.spark import __main__ as spark_cli
 
 from conftest import REPO, free_port, server, write_params
 from test_serving import invoke
 from test_spark import needs_spark
 
-REVIEW = {"coverage": 0.8, "review_below": 0.6}  # not ServeParams' 0.9 and 0.5
-FLAGS = ["--coverage", "0.8", "--review-below", "0.6"]  # the same, given to models/model
-FORMATS = [pytest.param("onnx-int8", marks=pytest.mark.xfail(
-               strict=False, reason="dynamic int8 quantizes each batch's activations with the batch's "
-                                    "own range: the quant branch (issue 51) makes onnx-int8 invariant")),
-           "onnx", "torch"]  # serve.format's default and each format evaluate falls back to
+FORMATS = ["onnx-int8", "onnx", "torch"]  # serve.format's default and each format evaluate falls back to
+INT8 = pytest.mark.xfail(strict=False, reason="dynamic int8 quantizes each batch's activations with the "
+                                              "batch's own range: the quant branch (issue 51) makes onnx-int8 invariant")
 COLUMNS = ("label", "probability", "labels", "set_size", "needs_review")
 
 
@@ -54,30 +53,43 @@ LONG = [words(DOCS[3], None) + " " + words(DOCS[4], None), words(DOCS[11], None)
 @dataclass(frozen=True)
 class Served:
     fmt: str
+    review: dict  # serve.coverage and serve.review_below, as the export stage recorded them
     folder: Path  # what a user passes to predict: models/export, or models/model for torch
     flags: list[str]  # what that folder needs to answer as served (models/model records no review)
     uri: str  # the logged model: REST, the pyfunc, Spark
 
 
+@pytest.fixture(scope="module")
+def review(tiny_trained) -> dict:
+    """serve.* that split the texts: coverage 0.3 (the tiny model's sets hold 1 or 2 labels, at
+    0.9 nearly all 5) and review_below between the texts' middle two top probabilities, so
+    that some answers are flagged and some not; neither is ServeParams' default."""
+    top = np.sort(load_predictor(str(tiny_trained[0] / "model")).predict(TEXTS)["probability"].to_numpy())
+    review = {"coverage": 0.3, "review_below": float(top[len(top) // 2 - 1:len(top) // 2 + 1].mean())}
+    assert review != {"coverage": ServeParams.coverage, "review_below": ServeParams.review_below}
+    return review
+
+
 @pytest.fixture(scope="module", params=FORMATS)
-def served(request, tmp_path_factory, tiny_trained) -> Served:
-    """The tiny model exported by the export stage in one format with REVIEW as serve.*, and
+def served(request, tmp_path_factory, tiny_trained, review) -> Served:
+    """The tiny model exported by the export stage in one format with `review` as serve.*, and
     that format logged as evaluate logs what it serves (format_folder's copy; PyTorch: the
     model folder and model_config), in a store of its own."""
     fmt, (trained, _) = request.param, tiny_trained
     tmp = tmp_path_factory.mktemp(fmt)
-    params = write_params(tmp / "params.yaml", serve={"format": fmt, **REVIEW})
+    params = write_params(tmp / "params.yaml", serve={"format": fmt, **review})
     export.main(["--params", str(params), "--model-dir", str(trained / "model"), "--out", str(tmp / "export")])
     mlflow.set_tracking_uri(f"sqlite:///{tmp / 'mlflow.db'}")  # conftest restores it after the test
     with mlflow.start_run():
         if fmt == "torch":
-            uri = log_pyfunc(trained / "model", TEXTS[:3], review=REVIEW).model_uri
+            uri = log_pyfunc(trained / "model", TEXTS[:3], review=review).model_uri
         else:
             uri = log_pyfunc(trained / "model", TEXTS[:3], format_folder(tmp / "export", fmt, tmp / "logged"),
-                             review=REVIEW).model_uri
+                             review=review).model_uri
     local = mlflow.artifacts.download_artifacts(uri, dst_path=str(tmp / "local"))  # no store needed then
-    return Served(fmt, trained / "model" if fmt == "torch" else tmp / "export",
-                  FLAGS if fmt == "torch" else [], local)
+    flags = ["--coverage", str(review["coverage"]), "--review-below", str(review["review_below"])]
+    return Served(fmt, review, trained / "model" if fmt == "torch" else tmp / "export",
+                  flags if fmt == "torch" else [], local)
 
 
 def assert_same(got: pd.DataFrame, expected: pd.DataFrame, what: str, atol: float = SAME_ANSWER_ATOL) -> None:
@@ -94,16 +106,19 @@ def assert_same(got: pd.DataFrame, expected: pd.DataFrame, what: str, atol: floa
     assert diff <= atol, f"{what}: probabilities differ by up to {diff:.3g}"
 
 
-def alone(uri: str) -> pd.DataFrame:
-    """The reference: each text scored alone, through the one loader."""
-    predictor = load_predictor(uri)
-    assert (predictor.review.coverage, predictor.review.review_below) == tuple(REVIEW.values())
+def alone(served: Served, request) -> pd.DataFrame:
+    """The reference: each text scored alone by the logged model, through the one loader."""
+    if served.fmt == "onnx-int8":
+        request.applymarker(INT8)
+    predictor = load_predictor(served.uri)
+    assert predictor.review.to_config() == served.review
     return pd.concat([predictor.predict([t]) for t in TEXTS], ignore_index=True)
 
 
-def test_a_text_gets_one_answer_in_any_batch_and_from_any_loader(served, tmp_path):
-    expected = alone(served.uri)
-    assert 1 <= expected["needs_review"].sum() < len(TEXTS) or expected["set_size"].nunique() > 1, expected
+def test_a_text_gets_one_answer_in_any_batch_and_from_any_loader(served, request, tmp_path):
+    expected = alone(served, request)
+    # answers that a wrong review would change: flagged and not, sets of several sizes
+    assert 0 < expected["needs_review"].sum() < len(TEXTS) and expected["set_size"].nunique() > 1, expected
     predictor = load_predictor(served.uri, batch_size=5)
     assert_same(predictor.predict(TEXTS), expected, "one batch")
     order = random.Random(0).sample(range(len(TEXTS)), len(TEXTS))
@@ -111,16 +126,16 @@ def test_a_text_gets_one_answer_in_any_batch_and_from_any_loader(served, tmp_pat
     assert_same(shuffled.iloc[np.argsort(order)], expected, "shuffled")
     padded = pd.concat([predictor.predict([LONG[0], t, LONG[1]]).iloc[[1]] for t in TEXTS])
     assert_same(padded, expected, "between two long texts")
-    folder = load_predictor(str(served.folder), 3, *(REVIEW.values() if served.flags else ()))
+    folder = load_predictor(str(served.folder), 3, *(served.review.values() if served.flags else ()))
     assert_same(folder.predict(TEXTS), expected, f"{served.folder} {' '.join(served.flags)}")
     pyfunc = mlflow.pyfunc.load_model(served.uri).predict(pd.DataFrame({"text": TEXTS}))
     assert_same(pyfunc, expected, "the pyfunc")
 
 
-def test_predict_and_table_give_each_text_its_answer_alone(served, tmp_path, monkeypatch):
+def test_predict_and_table_give_each_text_its_answer_alone(served, request, tmp_path, monkeypatch):
     """`python -m textclf.predict` (4 decimals printed) and --table on the folder a user has and
     on the logged model, at two batch sizes and two chunk sizes."""
-    expected = alone(served.uri)
+    expected = alone(served, request)
     files = []
     for i, text in enumerate(TEXTS):
         files.append(str(tmp_path / f"{i}.txt"))
@@ -148,9 +163,9 @@ def test_predict_and_table_give_each_text_its_answer_alone(served, tmp_path, mon
         assert_same(table, expected, f"--table {model} --batch-size {batch}, {chunk} rows a chunk")
 
 
-def test_rest_answers_each_text_alone_and_all_at_once_the_same(served, tmp_path):
+def test_rest_answers_each_text_alone_and_all_at_once_the_same(served, request, tmp_path):
     """`mlflow models serve` of the logged model: one request per text, then one with them all."""
-    expected = alone(served.uri)
+    expected = alone(served, request)
     url = f"http://127.0.0.1:{free_port()}"
     cmd = [sys.executable, "-m", "mlflow", "models", "serve", "-m", served.uri, "-h", "127.0.0.1",
            "-p", url.rsplit(":", 1)[1], "--env-manager", "local"]
@@ -164,9 +179,9 @@ def test_rest_answers_each_text_alone_and_all_at_once_the_same(served, tmp_path)
 
 @pytest.mark.slow
 @needs_spark
-def test_spark_answers_each_text_as_it_is_answered_alone(served, tmp_path):
+def test_spark_answers_each_text_as_it_is_answered_alone(served, request, tmp_path):
     """`python -m textclf.spark` with the logged model at 4 and 1 000 rows a batch."""
-    expected = alone(served.uri)
+    expected = alone(served, request)
     pd.DataFrame({"id": range(len(TEXTS)), "text": TEXTS}).to_parquet(tmp_path / "in.parquet")
     for rows in (4, 1000):
         out = tmp_path / f"spark-{rows}"
@@ -174,3 +189,42 @@ def test_spark_answers_each_text_as_it_is_answered_alone(served, tmp_path):
                         "--batch-rows", str(rows), "--id-column", "id"])
         table = pd.read_parquet(out).sort_values("id")
         assert_same(table, expected, f"Spark, --batch-rows {rows}")
+
+
+def test_the_export_records_the_review_and_the_logged_model_carries_one_record(served):
+    """export.json's `review` is serve.*; the logged copy keeps it, and its MLmodel holds no
+    second one (model_config only for a PyTorch model, whose folder records none)."""
+    import yaml
+
+    local = Path(served.uri)
+    config = yaml.safe_load((local / "MLmodel").read_text())["flavors"]["python_function"].get("config")
+    if served.fmt == "torch":
+        assert config == served.review
+        return
+    assert read_export(served.folder)["review"] == served.review
+    logged = next(p.parent for p in local.rglob("export.json"))
+    assert read_export(logged)["review"] == served.review and config is None
+
+
+def test_a_training_folder_answers_with_the_default_review_and_says_so(tiny_trained, caplog):
+    """models/model records no review: the same columns as every path, at ServeParams'
+    defaults, said in one line; each flag overrides its own value."""
+    folder = tiny_trained[0] / "model"
+    with caplog.at_level("WARNING"):
+        predictor = load_predictor(str(folder))
+    assert predictor.review.to_config() == {"coverage": ServeParams.coverage, "review_below": ServeParams.review_below}
+    assert f"{folder} records no review" in caplog.text and len(caplog.records) == 1
+    assert set(COLUMNS) <= set(predictor.predict(TEXTS[:2]).columns)
+    assert load_predictor(str(folder), coverage=0.3).review.to_config() == {
+        "coverage": 0.3, "review_below": ServeParams.review_below}
+
+
+def test_the_folders_review_wins_and_a_disagreeing_one_is_refused(served, tiny_trained):
+    if served.fmt == "torch":
+        pytest.skip("a PyTorch model folder records no review: its logged model's model_config is the record")
+    other = {"coverage": 0.95, "review_below": 0.1}
+    assert folder_predictor(served.folder, logged=other).review.to_config() == served.review
+    with pytest.raises(UserError, match=r"records the review .* not serve.\*'s .*rerun `dvc repro export`"):
+        check_review(served.folder, other)
+    with pytest.raises(UserError, match="records the review"):
+        log_pyfunc(tiny_trained[0] / "model", TEXTS[:1], served.folder, review=other)
