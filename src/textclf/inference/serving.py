@@ -5,8 +5,8 @@ Input: a DataFrame with a `text` column (or a list of strings). Output: a DataFr
 `label`, `probability`, `prob_<class>` per class, then `labels`, `set_size` and `needs_review`
 as the folder's recorded review decides (inference.loading, as predict and --table answer).
 The model folder (safetensors + tokenizer + params.json), or the exported folder (the ONNX
-file + tokenizer.json + export.json), is an artifact, and this package ships with the model (`code_paths`), so
-`mlflow models predict/serve --env-manager local` needs nothing else. An ONNX model loads
+file + tokenizer.json + export.json), is an artifact, and this package ships with the model
+(`code_paths`), so `mlflow models predict/serve --env-manager local` needs nothing else. An ONNX model loads
 onnxruntime and tokenizers, not torch or transformers, and requires only what it imports.
 """
 
