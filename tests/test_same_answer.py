@@ -3,7 +3,8 @@ probabilities are the same alone, in a batch, shuffled, beside long texts, over 
 request per text and one with all), from `python -m textclf.predict` and from `predict --table`
 at two batch sizes and chunk sizes, and (slow tier) on Spark, for every format evaluate can
 serve. The served review is NOT the default (`review`, recorded by the export stage): a path
-that dropped the folder's decisions, or used the defaults, answers other sets and flags. The model is the TINY RANDOM BERT's (conftest): plumbing, not accuracy."""
+that dropped the folder's decisions, or used the defaults, answers other sets and flags. The
+model is the TINY RANDOM BERT's (conftest): plumbing, not accuracy."""
 from __future__ import annotations
 
 import json
@@ -35,8 +36,8 @@ from test_serving import invoke
 from test_spark import needs_spark
 
 FORMATS = ["onnx-int8", "onnx", "torch"]  # serve.format's default and each format evaluate falls back to
-INT8 = pytest.mark.xfail(strict=False, reason="dynamic int8 quantizes each batch's activations with the "
-                                              "batch's own range: the quant branch (issue 51) makes onnx-int8 invariant")
+INT8 = pytest.mark.xfail(strict=False, reason="dynamic int8 quantizes each batch's activations with the batch's "
+                                              "own range: the quant branch (issue 51) makes onnx-int8 invariant")
 COLUMNS = ("label", "probability", "labels", "set_size", "needs_review")
 
 
@@ -116,11 +117,13 @@ def alone(served: Served, request) -> pd.DataFrame:
 
 
 def test_a_text_gets_one_answer_in_any_batch_and_from_any_loader(served, request, tmp_path):
+    """One batch of all the texts, batches of 5 shuffled, each text between two long ones; the
+    folder a user has (with the flags models/model needs) and the logged pyfunc."""
     expected = alone(served, request)
     # answers that a wrong review would change: flagged and not, sets of several sizes
     assert 0 < expected["needs_review"].sum() < len(TEXTS) and expected["set_size"].nunique() > 1, expected
+    assert_same(load_predictor(served.uri).predict(TEXTS), expected, "one batch")
     predictor = load_predictor(served.uri, batch_size=5)
-    assert_same(predictor.predict(TEXTS), expected, "one batch")
     order = random.Random(0).sample(range(len(TEXTS)), len(TEXTS))
     shuffled = predictor.predict([TEXTS[i] for i in order])
     assert_same(shuffled.iloc[np.argsort(order)], expected, "shuffled")
@@ -130,6 +133,15 @@ def test_a_text_gets_one_answer_in_any_batch_and_from_any_loader(served, request
     assert_same(folder.predict(TEXTS), expected, f"{served.folder} {' '.join(served.flags)}")
     pyfunc = mlflow.pyfunc.load_model(served.uri).predict(pd.DataFrame({"text": TEXTS}))
     assert_same(pyfunc, expected, "the pyfunc")
+
+
+def printed(stdout: str) -> pd.DataFrame:
+    """predict's lines (source, label, probability, set, flag) as answered_frame's columns."""
+    rows = [line.split("\t") for line in stdout.splitlines()]
+    assert [len(r) for r in rows] == [5] * len(TEXTS), stdout
+    sets = [json.loads(r[3]) for r in rows]
+    return pd.DataFrame({"label": [r[1] for r in rows], "probability": [float(r[2]) for r in rows], "labels": sets,
+                         "set_size": [len(s) for s in sets], "needs_review": [r[4] == "true" for r in rows]})
 
 
 def test_predict_and_table_give_each_text_its_answer_alone(served, request, tmp_path, monkeypatch):
@@ -145,19 +157,15 @@ def test_predict_and_table_give_each_text_its_answer_alone(served, request, tmp_
         cli = subprocess.run([sys.executable, "-m", "textclf.predict", model, *files, *flags, "--batch-size", "5"],
                              capture_output=True, text=True, cwd=tmp_path)
         assert cli.returncode == 0, cli.stderr[-3000:]
-        rows = [line.split("\t") for line in cli.stdout.splitlines()]
-        assert [len(r) for r in rows] == [5] * len(TEXTS), cli.stdout  # source, label, p, set, flag
-        printed = pd.DataFrame({"label": [r[1] for r in rows], "probability": [float(r[2]) for r in rows],
-                                "labels": [json.loads(r[3]) for r in rows], "set_size": [len(json.loads(r[3])) for r in rows],
-                                "needs_review": [r[4] == "true" for r in rows]})
-        assert_same(printed, expected[[*COLUMNS]], f"python -m textclf.predict {model}", atol=5e-5)
+        assert_same(printed(cli.stdout), expected[[*COLUMNS]], f"python -m textclf.predict {model}",
+                    atol=5e-5 + SAME_ANSWER_ATOL)  # printed to 4 decimals
     pd.DataFrame({"id": range(len(TEXTS)), "text": TEXTS}).to_parquet(tmp_path / "in.parquet")
     for model, batch, chunk in ((str(served.folder), 32, 4096), (served.uri, 7, 5), (str(served.folder), 3, 4)):
         monkeypatch.setattr(table_scores, "CHUNK_ROWS", chunk)
         out = tmp_path / f"out-{batch}.parquet"
         flags = served.flags if model == str(served.folder) else []
-        predict.main([model, "--table", str(tmp_path / "in.parquet"), "--out", str(out), "--batch-size", str(batch),
-                      "--id-column", "id", *flags])
+        predict.main([model, "--table", str(tmp_path / "in.parquet"), "--out", str(out),
+                      "--batch-size", str(batch), "--id-column", "id", *flags])
         table = pd.read_parquet(out)
         assert table["skip_reason"].isna().all()
         assert_same(table, expected, f"--table {model} --batch-size {batch}, {chunk} rows a chunk")
