@@ -66,16 +66,17 @@ def test_parquet_keeps_every_row_column_and_order_with_the_predictors_numbers(mo
     pq.write_table(pa.table({"id": IDS, "text": ROWS, "year": list(range(2000, 2009))}), table)
     out = score(model, table, tmp_path / "out" / "preds.parquet", "--batch-size", "3")
     labels = Predictor(model).labels
-    assert list(out) == (["id", "text", "year", "label", "probability"]
-                         + [f"prob_{c}" for c in labels] + ["skip_reason"])
+    assert list(out) == (["id", "text", "year", "label", "probability"] + [f"prob_{c}" for c in labels]
+                         + ["labels", "set_size", "needs_review", "skip_reason"])  # serve.*'s defaults
     assert out["id"] == IDS and out["text"] == ROWS
     assert out["year"] == list(range(2000, 2009))  # Parquet keeps its types
     assert_scored_as_predictor(out, model, ROWS)
     # the text-file CLI gives the same label and probability for the same text
     (tmp_path / "a.txt").write_text(TEXTS[2])
     predict.main([model, str(tmp_path / "a.txt")])
-    _, label, prob = capsys.readouterr().out.strip().split("\t")
+    _, label, prob, labels, flag = capsys.readouterr().out.strip().split("\t")
     assert (label, float(prob)) == (out["label"][4], round(out["probability"][4], 4))
+    assert (json.loads(labels), flag == "true") == (out["labels"][4], out["needs_review"][4])
 
 
 def test_csv_and_jsonl_with_an_id_column_and_malformed_lines(model, tmp_path):
@@ -122,7 +123,9 @@ def test_a_tsv_scored_from_a_model_uri(tiny_trained, tmp_path, monkeypatch, capl
     assert np.allclose(probs(out, kept), expected_probs(str(tmp / "model"), [out["text"][i] for i in kept]),
                        atol=1e-6)
     done = [r.getMessage() for r in caplog.records if r.getMessage().startswith("scored ")]
-    assert done == [f"scored 6 of 8 rows of {tsv} into {tmp_path / 'preds.parquet'}; skipped: empty_text 2"]
+    flagged = sum(out["needs_review"][i] for i in kept)
+    assert done == [f"scored 6 of 8 rows of {tsv} into {tmp_path / 'preds.parquet'}; {flagged} need review; "
+                    "skipped: empty_text 2"]
 
 
 @pytest.mark.parametrize("case, args, message", [

@@ -20,6 +20,7 @@ import pandas as pd
 import pytest
 
 from textclf import serve
+from textclf.inference.loading import load_predictor
 from textclf.inference.model_uri import model_folder
 from textclf.inference.onnx_predictor import OnnxPredictor
 from textclf.inference.predictor import Predictor
@@ -59,7 +60,7 @@ def mlflow_cli(*args, **kwargs) -> subprocess.CompletedProcess:
 
 def test_pyfunc_matches_predictor_and_cli(trained, tmp_path):
     tmp, run = trained
-    expected = Predictor(tmp / "model").predict(TEXTS)
+    expected = load_predictor(str(tmp / "model")).predict(TEXTS)  # the one loader: serve.*'s defaults
     assert list(expected.columns[:2]) == ["label", "probability"]
     probs = expected.filter(like="prob_").to_numpy()
     assert np.allclose(probs.sum(axis=1), 1, atol=1e-5)

@@ -271,7 +271,8 @@ class ServeParams(Section):
     format: Literal["torch", "onnx", "onnx-int8"] = "onnx-int8"
     min_agreement: float = ranged(0.99, 0, 1)  # share of test labels equal to PyTorch's, at least
     # every served answer of a single-label model carries its prediction set at this coverage
-    # (split-conformal on validation: the set holds the true label for this share of documents)
+    # (split-conformal on validation: the set holds the true label for this share of documents);
+    # it and review_below are recorded by export in export.json, and every path answers with them
     coverage: float = ranged(0.9, 0, 1, low_open=True, high_open=True)
     # needs_review: a set of other than one label, or a calibrated top probability below this
     review_below: float = ranged(0.5, 0, 1)

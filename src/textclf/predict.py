@@ -7,13 +7,14 @@
 
 Prints one tab-separated line per input: source, label, probability of that label (a
 multi-label model: its labels as a JSON list, '["politics", "sport"]', and the probability
-of exactly that set); answering with a review (--coverage, --review-below, or a logged model
-evaluate served with serve.*), then the prediction set as a JSON list (single-label) and
-needs_review (true / false). Probabilities are calibrated where the model carries a
-temperature (docs/calibration.md).
+of exactly that set), then the prediction set as a JSON list (single-label) and needs_review
+(true / false), as the model's recorded review decides (models/export and a logged model:
+the export stage's serve.coverage and serve.review_below; models/model: their defaults);
+--coverage and --review-below override it. Probabilities are calibrated where the model
+carries a temperature (docs/calibration.md).
 With --table (CSV, TSV, JSON Lines or Parquet), writes every row's predictions to --out
-instead (docs/table_scoring.md). The MLflow pyfunc (textclf.inference.serving) wraps the same
-Predictor, so both give the same numbers.
+instead (docs/table_scoring.md). The MLflow pyfunc (textclf.inference.serving) loads through
+the same loader, so every path gives the same answer for the same text (docs/serving.md).
 """
 from __future__ import annotations
 
@@ -90,9 +91,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", help="with --table: the .parquet file the predictions go to")
     parser.add_argument("--coverage", type=float,
                         help="answer with prediction sets holding the true label this often, e.g. 0.9 "
-                             "(default: as the logged model was served; none for a folder)")
+                             "(default: as the model records, serve.coverage)")
     parser.add_argument("--review-below", type=float,
-                        help="flag needs_review under this calibrated top probability (default: as served)")
+                        help="flag needs_review under this calibrated top probability (default: as the "
+                             "model records, serve.review_below)")
     args = parser.parse_intermixed_args(argv)  # text files may follow the options
     if args.batch_size < 1:
         raise UserError(f"--batch-size={args.batch_size}; use a positive number.")

@@ -25,7 +25,7 @@ from textclf.evaluate.champion import read_texts
 from textclf.evaluate.comparison import WORSE, compare
 from textclf.inference.frames import SAME_ANSWER_ATOL
 from textclf.inference.onnx_predictor import OnnxPredictor
-from textclf.inference.serving import log_pyfunc
+from textclf.inference.serving import check_review, log_pyfunc
 from textclf.model.calibration import Calibration
 from textclf.model.export import format_folder
 from textclf.model.exported import EXPORT_FILE, read_export
@@ -152,7 +152,9 @@ def served_model(export_dir: str, model_dir: str, corpus: str, doc_ids: list[str
                  serving: dict, training: dict, review: dict) -> str:
     """Log what passed the check (the export's one format, or the PyTorch folder) as a pyfunc
     of the training run whose answers carry `review` ({coverage, review_below}: serve.*), once
-    per export and review (a rerun finds it by its tags) -> the URI to register and serve."""
+    per export and review (a rerun finds it by its tags) -> the URI to register and serve.
+    `review` must be what the export recorded (a PyTorch model carries it in model_config)."""
+    check_review(export_dir, review)
     if serving["format"] == "torch":
         return _log_served(None, model_dir, corpus, doc_ids, serving, training, review)
     with tempfile.TemporaryDirectory() as tmp:  # the served format alone, logged as artifacts/export

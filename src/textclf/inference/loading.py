@@ -1,20 +1,35 @@
-"""A predictor for what a user names: a model folder written by the train stage, an exported
-folder (models/export), or an MLflow model URI / pyfunc folder, whichever format it runs.
-Every predictor has `labels`, `predict_proba(texts) -> (N, C)` and `predict(texts) -> frame`."""
+"""The one loader: a predictor for what a user names (a model folder written by the train stage,
+an exported folder (models/export), or an MLflow model URI / pyfunc folder, whichever format
+it runs), answering with the decisions the folder carries. predict, --table, the pyfunc
+(REST, Spark's spark_udf) and evaluate's champion check all load through it, so every path
+gives the same columns (label, probability, prob_*, labels, set_size, needs_review) and the
+same numbers for the same text."""
 from __future__ import annotations
 
-from textclf.inference.frames import TextPredictor
+import logging
+from pathlib import Path
+
 from textclf.config import ServeParams
+from textclf.inference.frames import TextPredictor
 from textclf.inference.model_uri import served_folder
-from textclf.model.exported import EXPORT_FILE
+from textclf.model.exported import EXPORT_FILE, read_export
+
+log = logging.getLogger(__name__)
 
 
 def load_predictor(model: str, batch_size: int = 32, coverage: float | None = None,
                    review_below: float | None = None) -> TextPredictor:
-    """-> the OnnxPredictor of an exported model, else the (PyTorch) Predictor; answering with
-    prediction sets at `coverage` and needs_review under `review_below` where given, else as
-    the logged model was served (its model_config: evaluate's serve.*), else without them."""
+    """-> folder_predictor of the folder `model` names (an MLflow model: the folder it runs)."""
     folder, config = served_folder(model)
+    return folder_predictor(folder, batch_size, config, coverage, review_below)
+
+
+def folder_predictor(folder: str | Path, batch_size: int = 32, logged: dict | None = None,
+                     coverage: float | None = None, review_below: float | None = None) -> TextPredictor:
+    """The OnnxPredictor of an exported folder, else the (PyTorch) Predictor, answering with
+    prediction sets at `coverage` and needs_review under `review_below` where given (the
+    flags), else as recorded_review says."""
+    folder = Path(folder)
     if (folder / EXPORT_FILE).is_file():
         from textclf.inference.onnx_predictor import OnnxPredictor  # no torch
 
@@ -23,8 +38,27 @@ def load_predictor(model: str, batch_size: int = 32, coverage: float | None = No
         from textclf.inference.predictor import Predictor  # torch loads only here
 
         predictor = Predictor(folder, batch_size)
-    coverage = config.get("coverage") if coverage is None else coverage
-    review_below = config.get("review_below") if review_below is None else review_below
-    if coverage is not None or review_below is not None:
-        predictor.set_review(coverage, ServeParams.review_below if review_below is None else review_below)
+    recorded = recorded_review(folder, logged)
+    predictor.set_review(recorded["coverage"] if coverage is None else coverage,
+                         recorded["review_below"] if review_below is None else review_below)
     return predictor
+
+
+def recorded_review(folder: Path, logged: dict | None = None) -> dict:
+    """The folder's decisions {coverage, review_below}: export.json's `review` (written by the
+    export stage from serve.*, and kept in the logged model's copy); else, for a PyTorch model
+    logged by evaluate or an ONNX one logged before exports carried it, the pyfunc's
+    model_config (`logged`); else (a training folder, an older export) serve.*'s documented
+    defaults, said in one line. The folder's wins over model_config: it is covered by the
+    folder's checksums, and evaluate writes model_config only where the folder has none."""
+    if (folder / EXPORT_FILE).is_file():
+        review = read_export(folder).get("review")
+        if review is not None:
+            return review
+    if logged and "coverage" in logged:
+        return {"coverage": logged["coverage"], "review_below": logged["review_below"]}
+    log.warning("%s records no review (a training folder, or an export from before exports carried "
+                "one): answering with serve.coverage %s and serve.review_below %s, the defaults; "
+                "--coverage / --review-below override them", folder, ServeParams.coverage,
+                ServeParams.review_below)
+    return {"coverage": ServeParams.coverage, "review_below": ServeParams.review_below}

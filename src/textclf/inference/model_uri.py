@@ -44,8 +44,8 @@ def model_folder(model: str) -> Path:
 
 
 def served_folder(model: str) -> tuple[Path, dict]:
-    """model_folder, and the pyfunc's model_config (evaluate logs serve.coverage and
-    serve.review_below there; {} for a folder)."""
+    """model_folder, and the pyfunc's model_config (a PyTorch model evaluate logged carries
+    serve.coverage and serve.review_below there, an ONNX one in its export.json; {} for a folder)."""
     local = Path(model)
     if ":/" not in model and not (local / "MLmodel").is_file():
         return local, {}

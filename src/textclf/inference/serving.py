@@ -2,10 +2,11 @@
 to ONNX (serve.format).
 
 Input: a DataFrame with a `text` column (or a list of strings). Output: a DataFrame with
-`label`, `probability` and `prob_<class>` per class. The model folder (safetensors +
-tokenizer + params.json), or the exported folder (the ONNX file + tokenizer.json +
-export.json), is an artifact, and this package ships with the model (`code_paths`), so
-`mlflow models predict/serve --env-manager local` needs nothing else. An ONNX model loads
+`label`, `probability`, `prob_<class>` per class, then `labels`, `set_size` and `needs_review`
+as the folder's recorded review decides (inference.loading, as predict and --table answer).
+The model folder (safetensors + tokenizer + params.json), or the exported folder (the ONNX
+file + tokenizer.json + export.json), is an artifact, and this package ships with the model
+(`code_paths`), so `mlflow models predict/serve --env-manager local` needs nothing else. An ONNX model loads
 onnxruntime and tokenizers, not torch or transformers, and requires only what it imports.
 """
 
@@ -24,6 +25,7 @@ import textclf
 from textclf.common import UserError, positive_int_env
 from textclf.inference.frames import TextPredictor
 from textclf.inference.rows import table_answers
+from textclf.model.exported import read_export
 
 TEXT_COLUMN = "text"
 # Per request, so one huge request cannot hold the workers long after its client gave up
@@ -36,7 +38,8 @@ PACKAGE = Path(textclf.__file__).parent
 # it was logged with.
 REQUIREMENTS: tuple[str, ...] = ("torch", "transformers", "tokenizers", "safetensors", "pandas",
                                  "numpy", "pyarrow", "pyyaml", "mlflow")
-ONNX_REQUIREMENTS: tuple[str, ...] = ("onnxruntime", "tokenizers", "pandas", "numpy", "pyarrow", "mlflow")
+ONNX_REQUIREMENTS: tuple[str, ...] = ("onnxruntime", "tokenizers", "pandas", "numpy", "pyarrow", "pyyaml",
+                                      "mlflow")
 
 
 # Table mode, set on Spark's executors through spark_udf's extra_env (textclf.spark): every
@@ -95,15 +98,12 @@ class TextClassifier(mlflow.pyfunc.PythonModel):
     predictor: TextPredictor
 
     def load_context(self, context) -> None:
-        if "onnx_dir" in context.artifacts:
-            from textclf.inference.onnx_predictor import OnnxPredictor  # no torch
-            self.predictor = OnnxPredictor(context.artifacts["onnx_dir"])
-        else:
-            from textclf.inference.predictor import Predictor  # torch and the model load only here
-            self.predictor = Predictor(context.artifacts["model_dir"])
-        config = context.model_config or {}
-        if "coverage" in config:  # logged by evaluate: serve.coverage and serve.review_below
-            self.predictor.set_review(config["coverage"], config["review_below"])
+        # the one loader, as predict and --table load: the folder's recorded review (model_config
+        # for a PyTorch model evaluate logged); torch and the model load only for a PyTorch one
+        from textclf.inference.loading import folder_predictor
+
+        folder = context.artifacts.get("onnx_dir") or context.artifacts["model_dir"]
+        self.predictor = folder_predictor(folder, logged=context.model_config)
 
     def predict(self, context, model_input: pd.DataFrame, params=None) -> pd.DataFrame:
         # the DataFrame hint: a `text` column, validated against the logged signature
@@ -119,6 +119,16 @@ class TextClassifier(mlflow.pyfunc.PythonModel):
             raise RequestRefused(str(err)) from None
 
 
+def check_review(export_dir: str | Path, review: dict | None) -> dict | None:
+    """-> the review an export folder records (None: one exported before exports carried it),
+    refused in one line where it is not `review` (serve.* changed since the export)."""
+    recorded = read_export(export_dir).get("review")
+    if review is not None and recorded is not None and review != recorded:
+        raise UserError(f"{export_dir} records the review {recorded}, not serve.*'s {review}: "
+                        "rerun `dvc repro export`.")
+    return recorded
+
+
 def pinned_requirements(names: tuple[str, ...] = REQUIREMENTS) -> list[str]:
     """name==version for each requirement, without a local version label: torch 2.13.0+cpu
     is pinned as torch==2.13.0, which a package index can serve (the CPU or CUDA build is
@@ -132,22 +142,20 @@ def log_pyfunc(model_dir: str | Path, examples: list[str], export_dir: str | Pat
     """Log the model folder (or, given export_dir, the exported ONNX model) as a pyfunc
     under the active run, or `into` (experiment id, run id) -> mlflow ModelInfo. Into a
     finished run (evaluate logs the export) without reopening it: its status and end time
-    stay training's, and MLflow's current experiment is left alone. `review` ({coverage,
-    review_below}: serve.*) goes into the pyfunc's model_config: its answers carry sets and
-    needs_review."""
+    stay training's, and MLflow's current experiment is left alone. The model answers with
+    the review its folder records (export.json's); `review` ({coverage, review_below}:
+    serve.*) goes into the pyfunc's model_config only for a folder that records none (a
+    PyTorch model folder), and must equal what the folder records."""
     from mlflow.models import Model
 
-    predictor: TextPredictor
-    if export_dir is None:
-        from textclf.inference.predictor import Predictor
-        predictor, name, requirements = Predictor(model_dir), "model", REQUIREMENTS
-        artifacts = {"model_dir": str(model_dir)}
-    else:
-        from textclf.inference.onnx_predictor import OnnxPredictor
-        predictor, name, requirements = OnnxPredictor(export_dir), "model_onnx", ONNX_REQUIREMENTS
-        artifacts = {"onnx_dir": str(export_dir)}
-    if review is not None:
-        predictor.set_review(review["coverage"], review["review_below"])
+    from textclf.inference.loading import folder_predictor
+
+    folder = Path(model_dir if export_dir is None else export_dir)
+    recorded = None if export_dir is None else check_review(folder, review)
+    config = review if recorded is None else None  # one record of the decisions, not two
+    predictor: TextPredictor = folder_predictor(folder, logged=config)
+    name, requirements = ("model", REQUIREMENTS) if export_dir is None else ("model_onnx", ONNX_REQUIREMENTS)
+    artifacts = {"model_dir" if export_dir is None else "onnx_dir": str(folder)}
     example = pd.DataFrame({TEXT_COLUMN: examples})
     signature = infer_signature(example, predictor.predict(examples))
     where: dict = {"tags": tags}
@@ -160,5 +168,5 @@ def log_pyfunc(model_dir: str | Path, examples: list[str], export_dir: str | Pat
                      python_model=str(PACKAGE / "inference" / "pyfunc_entry.py"),
                      artifacts=artifacts, code_paths=[str(PACKAGE)], signature=signature,
                      input_example=example, pip_requirements=pinned_requirements(requirements),
-                     model_config=review, metadata={TABLE_MODE: 1},
+                     model_config=config, metadata={TABLE_MODE: 1},
                      flavor_name="pyfunc.ModelFromCode")  # what mlflow.pyfunc.log_model records

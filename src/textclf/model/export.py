@@ -71,17 +71,19 @@ def quantize_int8(source: Path, target: Path) -> None:
         root.setLevel(level)
 
 
-def export_model(model_dir: str | Path, out_dir: str | Path, fmt: str,
+def export_model(model_dir: str | Path, out_dir: str | Path, fmt: str, review: dict | None = None,
                  calibrate: Callable[[Path, dict], dict] | None = None) -> dict:
     """models/model -> out_dir holding ONNX_FILES[fmt], tokenizer.json and export.json; int8
     keeps the float32 file too (export.json's `fallback`); for serve.format torch only
-    export.json, which says so. Written atomically -> export.json. A single-label model's
-    calibration is the PyTorch model's, unless `calibrate(folder, export.json)` (the export
-    stage's: textclf.evaluate.export_calibration) rewrites it as each format's own."""
+    export.json, which says so. `review` ({coverage, review_below}: serve.*) is recorded as
+    export.json's `review`: every path that loads the folder answers with it. A single-label
+    model's calibration is the PyTorch model's, unless `calibrate(folder, export.json)` (the
+    export stage's: textclf.evaluate.export_calibration) rewrites it as each format's own.
+    Written atomically -> export.json."""
     model_dir = Path(model_dir)
     params = read_json(model_dir / "params.json")
     with atomic_path(out_dir, folder=True) as tmp:
-        meta: dict = {"format": fmt}
+        meta: dict = {"format": fmt, **({"review": review} if review is not None else {})}
         if fmt in ONNX_FILES:
             model, labels = load_classifier(model_dir)
             export_float(model, tmp / ONNX_FILES["onnx"])
@@ -147,6 +149,9 @@ class ExportPaths:
 
 
 def run_export(paths: ExportPaths, calibrate: Callable[[Path, dict], dict] | None = None) -> None:
-    """The stage: the trained model in serve.format, beside models/model, each ONNX format
+    """The stage: the trained model in serve.format, beside models/model, carrying the review
+    its answers are given with (serve.coverage, serve.review_below), each ONNX format
     calibrated by `calibrate` (export_model)."""
-    export_model(paths.model_dir, paths.out, load_params(paths.params).serve.format, calibrate)
+    serve = load_params(paths.params).serve
+    export_model(paths.model_dir, paths.out, serve.format,
+                 review={"coverage": serve.coverage, "review_below": serve.review_below}, calibrate=calibrate)

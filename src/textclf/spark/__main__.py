@@ -126,9 +126,8 @@ def score(spark, args: argparse.Namespace, model_folder: str, answers) -> None:
 def answered(table, udf, keep: list[str], names: list[str], text_column: str, fmt: str):
     """The output DataFrame: the kept columns, the answer's fields and skip_reason, as --table
     writes them. What the reader knows (a malformed line, a null text) is decided here; the
-    model sees '' for those rows, which it skips, so it scores the same rows in the same
-    batches as --table (a null would fail MLflow's schema check, and with int8 weights a
-    row's probabilities depend on the rows scored with it)."""
+    model sees '' for those rows, which it skips, as --table skips them (a null would fail
+    MLflow's schema check)."""
     from pyspark.sql import functions as F
 
     text = F.col(text_column)
