@@ -16,6 +16,13 @@ if TYPE_CHECKING:  # the type only: the baseline, which shares these frames, nee
     from textclf.model.calibration import Review
 
 PROB_PREFIX = "prob_"  # one column of probabilities per class
+# The largest difference allowed between a text's probabilities scored alone and in any batch
+# (any size, neighbours, padding), for every served format. ONNX float32 and per-row int8
+# measured exactly 0 (each row computed from itself, integer products exact); PyTorch's float32
+# kernels sum in an order that depends on the batch's shape: 1.2e-7 on MiniLM (2026-12-06,
+# docs/benchmarks.md). 1e-6 covers that float rounding and is 40 000 times below the 0.04
+# that per-batch int8 scales moved a probability.
+SAME_ANSWER_ATOL = 1e-6
 
 
 class TextPredictor(Protocol):
