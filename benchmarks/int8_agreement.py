@@ -143,8 +143,10 @@ ALONE = "dynamic per-channel, every text alone"  # today's file, one text per ru
 def largest_move(predictor, test: list, rng) -> float:
     """The largest probability difference of 16 test texts of spread lengths between each
     scored alone and scored in one batch, shuffled, and each between the two longest."""
+    import numpy as np
     order = np.argsort([len(r) for r in test])
-    rows, longs = [test[i] for i in order[np.linspace(0, len(test) - 3, 16).astype(int)]], [test[order[-1]], test[order[-2]]]
+    rows = [test[i] for i in order[np.linspace(0, len(test) - 3, 16).astype(int)]]
+    longs = [test[order[-1]], test[order[-2]]]
     alone = np.concatenate([predictor.proba_of_ids([r]) for r in rows])
     perm = rng.permutation(len(rows))
     ways = [predictor.proba_of_ids(rows), predictor.proba_of_ids([rows[i] for i in perm])[np.argsort(perm)],
