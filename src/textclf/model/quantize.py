@@ -82,7 +82,7 @@ def quantize_rows(source: Path, target: Path) -> int:
         out = node.output[0]
         # int32 product x per-column scale in one kernel (a_scale 1: its a_scale is one number
         # for the whole tensor), then each row's own scale. Never MatMulInteger -> Cast ->
-        # Mul(row scale x column scale): ONNX Runtime fuses that into this kernel taking the
+        # Mul(row scale x column scale): ONNX Runtime fuses that into this kernel, which takes
         # one scale for the whole tensor (60 % agreement with PyTorch on fortunes, 1.32)
         nodes += [helper.make_node("MatMulIntegerToFloat", [xq, f"{weight.name}_int8", "rowq_one",
                                                             f"{weight.name}_scale", "rowq_zero"],
