@@ -216,7 +216,8 @@ def measure(args) -> None:
     for name, pr in probs.items():
         got = pr.argmax(axis=1)
         print(f"| {name} | {(got == ref).sum()} / {n} ({(got == ref).mean():.2%}) | {(got == f32).mean():.2%} | "
-              f"{np.abs(pr - torch_probs).max():.4f} | {moves[name]:.2g} | {speed[name]:.1f} | {speed[name] / speed['float32']:.2f}x | "
+              f"{np.abs(pr - torch_probs).max():.4f} | {moves[name]:.2g} | {speed[name]:.1f} | "
+              f"{speed[name] / speed['float32']:.2f}x | "
               f"{speed[name] / speed['pytorch']:.2f}x |")
     log.info("params: %s", read_json(work / "model" / "params.json").get("train"))
 
