@@ -11,8 +11,10 @@ folder stays there for `measure`. Defaults: the issue's setting, the default rec
 tokenize.max_length 64 for three epochs (BBC: pass --max-length 128 --epochs 1).
 measure: every quantization variant of that model's float32 export, on the test split: the
 share of test labels agreeing with PyTorch and with float32 ONNX, the largest probability
-difference to PyTorch, and documents/s on --docs test texts (each contender in turn, best of
---repeats) with the ratio to float32 ONNX and to PyTorch, all in the same run.
+difference to PyTorch, the largest move of a text's probabilities between scored alone and
+in a batch (of 16, shuffled, between the two longest test texts: issue 51), and documents/s on
+--docs test texts (each contender in turn, best of --repeats) with the ratio to float32 ONNX and
+to PyTorch, all in the same run. "alone" variants score every text in its own run.
 """
 from __future__ import annotations
 
@@ -123,17 +125,33 @@ def variants(fp32: Path, calib: list[list[int]]) -> dict:
         return lambda t: quantize_static(str(fp32), str(t), Calibration(), quant_format=QuantFormat.QDQ,
                                          activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
                                          calibrate_method=CalibrationMethod.MinMax, **kw)
+    from textclf.model.export import quantize_int8
     return {
-        "dynamic per-channel (shipped)": dynamic(per_channel=True),
-        "dynamic per-tensor": dynamic(per_channel=False),
-        "dynamic per-channel reduce_range": dynamic(per_channel=True, reduce_range=True),
-        "dynamic, head float32": dynamic(per_channel=True, nodes_to_exclude=head),
+        "per-row activations (shipped)": lambda t: quantize_int8(fp32, t),
+        "dynamic per-channel (before)": dynamic(per_channel=True),
         "dynamic, MatMul only (embeddings, head float32)": dynamic(per_channel=True, op_types_to_quantize=["MatMul"],
                                                                    nodes_to_exclude=head),
         "dynamic, head + first/last layer float32": dynamic(per_channel=True, nodes_to_exclude=head + ends),
         "static QDQ per-channel MinMax, MatMul": static(per_channel=True, op_types_to_quantize=["MatMul"],
                                                         nodes_to_exclude=head),
     }
+
+
+ALONE = "dynamic per-channel, every text alone"  # today's file, one text per run: invariant too
+
+
+def largest_move(predictor, test: list, rng) -> float:
+    """The largest probability difference of 16 test texts of spread lengths between each
+    scored alone and scored in one batch, shuffled, and each between the two longest."""
+    import numpy as np
+    order = np.argsort([len(r) for r in test])
+    rows = [test[i] for i in order[np.linspace(0, len(test) - 3, 16).astype(int)]]
+    longs = [test[order[-1]], test[order[-2]]]
+    alone = np.concatenate([predictor.proba_of_ids([r]) for r in rows])
+    perm = rng.permutation(len(rows))
+    ways = [predictor.proba_of_ids(rows), predictor.proba_of_ids([rows[i] for i in perm])[np.argsort(perm)],
+            np.concatenate([predictor.proba_of_ids([longs[0], r, longs[1]])[1:2] for r in rows])]
+    return max(float(np.abs(w - alone).max()) for w in ways)
 
 
 def docs_per_s(run, rows: list, best: float) -> float:
@@ -175,6 +193,8 @@ def measure(args) -> None:
             log.warning("%s: quantized in %.1f s", name, time.perf_counter() - start)
             folders[name] = folder
         predictors = {name: OnnxPredictor(f, 16) for name, f in folders.items()}
+        predictors[ALONE] = OnnxPredictor(folders["dynamic per-channel (before)"], 1)
+        moves = {name: largest_move(p, list(test), rng) for name, p in predictors.items()}
         probs = {name: p.proba_of_ids(test) for name, p in predictors.items()}
         speed_rows = [test[i] for i in rng.choice(len(test), min(args.docs, len(test)), replace=False)]
         runs = {"pytorch": lambda rows: predict_proba(model, rows, 16, pad, torch.device("cpu")),
@@ -189,14 +209,15 @@ def measure(args) -> None:
     print(f"\n{work.name}: {n} test documents, {len(labels)} classes, PyTorch accuracy "
           f"{(ref == np.asarray(splits['test'].labels)).mean():.4f}; {len(speed_rows)} documents timed, "
           f"{args.threads} threads, best of {args.repeats}\n")
-    print("| variant | agreement with PyTorch | with float32 ONNX | largest prob diff | docs/s | "
+    print("| variant | agreement with PyTorch | with float32 ONNX | largest prob diff | moved by its batch | docs/s | "
           "/ float32 ONNX | / PyTorch |")
-    print("|---|---|---|---|---|---|---|")
-    print(f"| PyTorch | | | | {speed['pytorch']:.1f} | {speed['pytorch'] / speed['float32']:.2f}x | 1.00x |")
+    print("|---|---|---|---|---|---|---|---|")
+    print(f"| PyTorch | | | | | {speed['pytorch']:.1f} | {speed['pytorch'] / speed['float32']:.2f}x | 1.00x |")
     for name, pr in probs.items():
         got = pr.argmax(axis=1)
         print(f"| {name} | {(got == ref).sum()} / {n} ({(got == ref).mean():.2%}) | {(got == f32).mean():.2%} | "
-              f"{np.abs(pr - torch_probs).max():.4f} | {speed[name]:.1f} | {speed[name] / speed['float32']:.2f}x | "
+              f"{np.abs(pr - torch_probs).max():.4f} | {moves[name]:.2g} | {speed[name]:.1f} | "
+              f"{speed[name] / speed['float32']:.2f}x | "
               f"{speed[name] / speed['pytorch']:.2f}x |")
     log.info("params: %s", read_json(work / "model" / "params.json").get("train"))
 

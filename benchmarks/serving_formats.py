@@ -1,12 +1,13 @@
 """The served formats side by side in one run (issue 31): PyTorch float32 (the Predictor the
-torch pyfunc runs), ONNX float32, ONNX int8 (OnnxPredictor, what the ONNX pyfunc runs) and
-transformers.pipeline on the same model.
+torch pyfunc runs), ONNX float32, ONNX int8 (OnnxPredictor, what the ONNX pyfunc runs; per-row
+activation scales), the int8 shipped before issue 51 (ONNX Runtime's dynamic quantization, one
+scale per batch) and transformers.pipeline on the same model.
 
-    .venv/bin/python benchmarks/serving_formats.py speed [--model-dir models/model] [--docs 160]
+    .venv/bin/python benchmarks/serving_formats.py speed [--model-dir models/model] [--docs 160] [--lengths 128 256]
     .venv/bin/python benchmarks/serving_formats.py accuracy [--seeds 0 1 2 3 4] [--epochs 1]
     .venv/bin/python benchmarks/serving_formats.py serve [--model-dir models/model] [--seconds 30]
 
-speed: documents/s on BBC articles at batch 1 and 16, max_length 128 and 256, each contender
+speed: documents/s on BBC articles at batch 1 and 16, max_length --lengths, each contender
 in its own process with --threads threads, contenders alternating, the best of --repeats.
 accuracy: per split seed, the real stages on BBC (ingest, tokenize, split, train, export,
 evaluate) in a temp folder; the test accuracy of PyTorch, ONNX float32 and int8, the label
@@ -30,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 BBC = ROOT.parent / "shared" / "data" / "bbc"
 FORMATS = ("onnx", "onnx-int8")
+DYNAMIC = "int8 dynamic (before)"  # the int8 export of main before issue 51, for the cost of invariance
 log = logging.getLogger("serving-formats")
 
 
@@ -73,15 +75,31 @@ def exports_of(model_dir: str, work: Path) -> dict[str, str]:
     for fmt in FORMATS:
         export_model(model_dir, work / fmt, fmt)
         out[fmt] = str(work / fmt)
+    out[DYNAMIC] = str(dynamic_int8(work, work / "dynamic"))
     return out
+
+
+def dynamic_int8(work: Path, folder: Path) -> Path:
+    """The int8 export again, its file quantized as before issue 51: ONNX Runtime's dynamic
+    quantization, weights per channel, one activation scale per batch."""
+    import shutil
+
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    from textclf.model.checksums import write_checksums
+    shutil.copytree(work / "onnx-int8", folder)
+    quantize_dynamic(str(work / "onnx-int8" / "model.onnx"), str(folder / "model.int8.onnx"),
+                     weight_type=QuantType.QInt8, per_channel=True)
+    write_checksums(folder)
+    return folder
 
 
 def speed(args) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         exports = exports_of(args.model_dir, Path(tmp))
-        contenders = ["pipeline", "torch", *FORMATS]
+        contenders = ["pipeline", "torch", *FORMATS, DYNAMIC]
         rows = []
-        for ml in (128, 256):
+        for ml in args.lengths:
             for bs in (1, 16):
                 best = {c: 0.0 for c in contenders}
                 for rep in range(args.repeats):
@@ -92,26 +110,19 @@ def speed(args) -> None:
                                              capture_output=True, text=True, check=True)
                         best[c] = max(best[c], json.loads(out.stdout.splitlines()[-1])["docs_per_s"])
                 rows.append((ml, bs, best))
-    print("| max_length | batch | " + " | ".join(f"{c} docs/s" for c in best) + " | int8 / pipeline | int8 / torch |")
-    print("|---" * (len(best) + 4) + "|")
+    print("| max_length | batch | " + " | ".join(f"{c} docs/s" for c in best)
+          + " | int8 / pipeline | int8 / torch | before / pipeline | int8 / before |")
+    print("|---" * (len(best) + 6) + "|")
     for ml, bs, best in rows:
         print(f"| {ml} | {bs} | " + " | ".join(f"{v:.1f}" for v in best.values())
-              + f" | {best['onnx-int8'] / best['pipeline']:.2f}x | {best['onnx-int8'] / best['torch']:.2f}x |")
+              + f" | {best['onnx-int8'] / best['pipeline']:.2f}x | {best['onnx-int8'] / best['torch']:.2f}x"
+              + f" | {best[DYNAMIC] / best['pipeline']:.2f}x | {best['onnx-int8'] / best[DYNAMIC]:.2f}x |")
 
 
-PER_CHANNEL = "onnx-int8 per-channel"
-
-
-def per_channel(work: Path, p: list[str], evaluate) -> dict:
-    """The int8 export again with one scale per output channel of each weight (an accuracy
-    lever of ONNX Runtime's dynamic quantization), checked by evaluate as the shipped one is."""
-    import shutil
-
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-    folder = work / "int8-pc"
-    shutil.copytree(work / "onnx-int8", folder)
-    quantize_dynamic(str(work / "onnx" / "model.onnx"), str(folder / "model.int8.onnx"),
-                     weight_type=QuantType.QInt8, per_channel=True)
+def before(work: Path, p: list[str], evaluate) -> dict:
+    """The int8 export quantized as before issue 51 (dynamic_int8), checked by evaluate as the
+    shipped one is."""
+    folder = dynamic_int8(work, work / "int8-dynamic")
     evaluate.main(p + ["--tokens", "t.parquet", "--splits", "sp.parquet", "--model-dir", "model",
                        "--run-file", "run.json", "--guards", "guards.json", "--baseline", "b.json",
                        "--baseline-predictions", "bp.parquet", "--corpus", "c.parquet", "--export", str(folder),
@@ -163,10 +174,10 @@ def accuracy(args) -> None:
                 metrics = json.loads((work / f"m-{fmt}.json").read_text())
                 result["torch"], result["n"] = metrics["accuracy"], metrics["n_test"]
                 result[fmt] = metrics["serving"]
-            result[PER_CHANNEL] = per_channel(work, p, evaluate)
+            result[DYNAMIC] = before(work, p, evaluate)
             rows.append((seed, result))
             log.warning("seed %d: %s", seed, json.dumps(result))
-    kinds = ("onnx-int8", PER_CHANNEL)
+    kinds = ("onnx-int8", DYNAMIC)
     print("| split seed | test docs | torch acc | onnx acc | onnx agreement | "
           + " | ".join(f"{k} {c}" for k in kinds for c in ("acc", "agreement", "largest prob diff", "verdict", "served")) + " |")
     print("|---" * (5 + 5 * len(kinds)) + "|")
@@ -194,6 +205,7 @@ if __name__ == "__main__":
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    parser.add_argument("--lengths", type=int, nargs="+", default=[128, 256], help="speed: the max_lengths")
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--max-length", type=int, default=128)
     parser.add_argument("--seconds", type=float, default=30)

@@ -36,8 +36,6 @@ from test_serving import invoke
 from test_spark import needs_spark
 
 FORMATS = ["onnx-int8", "onnx", "torch"]  # serve.format's default and each format evaluate falls back to
-INT8 = pytest.mark.xfail(strict=False, reason="dynamic int8 quantizes each batch's activations with the batch's "
-                                              "own range: the quant branch (issue 51) makes onnx-int8 invariant")
 COLUMNS = ("label", "probability", "labels", "set_size", "needs_review")
 
 
@@ -110,8 +108,6 @@ def assert_same(got: pd.DataFrame, expected: pd.DataFrame, what: str, atol: floa
 
 def alone(served: Served, request) -> pd.DataFrame:
     """The reference: each text scored alone by the logged model, through the one loader."""
-    if served.fmt == "onnx-int8":
-        request.applymarker(INT8)
     predictor = load_predictor(served.uri)
     assert predictor.review.to_config() == served.review
     return pd.concat([predictor.predict([t]) for t in TEXTS], ignore_index=True)

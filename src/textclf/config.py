@@ -266,7 +266,7 @@ class LabelsParams(Section):
 class ServeParams(Section):
     where = "serve"
     # what the logged (and registered) model runs: onnx-int8 is ONNX Runtime with int8 weights
-    # (dynamic quantization), onnx float32; evaluate checks either against the PyTorch model
+    # and per-row int8 activations (model/quantize.py), onnx float32; evaluate checks either against the PyTorch model
     # on the test split and serves PyTorch instead where it disagrees (docs/serving.md)
     format: Literal["torch", "onnx", "onnx-int8"] = "onnx-int8"
     min_agreement: float = ranged(0.99, 0, 1)  # share of test labels equal to PyTorch's, at least

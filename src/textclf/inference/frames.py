@@ -16,10 +16,12 @@ if TYPE_CHECKING:  # the type only: the baseline, which shares these frames, nee
     from textclf.model.calibration import Review
 
 PROB_PREFIX = "prob_"  # one column of probabilities per class
-# The largest probability difference allowed between a text scored alone and the same text
-# scored in any batch (evaluate refuses to serve a format past it). float32 ONNX measured 0.0
-# on BBC and fortunes (2026-12-06); 1e-6 leaves room for a float32 sum taken in another order,
-# three orders under what moves a label or a set (dynamic int8 moved up to 0.1).
+# The largest difference allowed between a text's probabilities scored alone and in any batch
+# (any size, neighbours, padding), for every served format. ONNX float32 and per-row int8
+# measured exactly 0 (each row computed from itself, integer products exact); PyTorch's float32
+# kernels sum in an order that depends on the batch's shape: 1.2e-7 on MiniLM (2026-12-06,
+# docs/benchmarks.md). 1e-6 covers that float rounding and is 40 000 times below the 0.04
+# that per-batch int8 scales moved a probability.
 SAME_ANSWER_ATOL = 1e-6
 
 
