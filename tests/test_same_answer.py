@@ -106,17 +106,17 @@ def assert_same(got: pd.DataFrame, expected: pd.DataFrame, what: str, atol: floa
     assert diff <= atol, f"{what}: probabilities differ by up to {diff:.3g}"
 
 
-def alone(served: Served, request) -> pd.DataFrame:
+def alone(served: Served) -> pd.DataFrame:
     """The reference: each text scored alone by the logged model, through the one loader."""
     predictor = load_predictor(served.uri)
     assert predictor.review.to_config() == served.review
     return pd.concat([predictor.predict([t]) for t in TEXTS], ignore_index=True)
 
 
-def test_a_text_gets_one_answer_in_any_batch_and_from_any_loader(served, request, tmp_path):
+def test_a_text_gets_one_answer_in_any_batch_and_from_any_loader(served, tmp_path):
     """One batch of all the texts, batches of 5 shuffled, each text between two long ones; the
     folder a user has (with the flags models/model needs) and the logged pyfunc."""
-    expected = alone(served, request)
+    expected = alone(served)
     # answers that a wrong review would change: flagged and not, sets of several sizes
     assert 0 < expected["needs_review"].sum() < len(TEXTS) and expected["set_size"].nunique() > 1, expected
     assert_same(load_predictor(served.uri).predict(TEXTS), expected, "one batch")
@@ -141,10 +141,10 @@ def printed(stdout: str) -> pd.DataFrame:
                          "set_size": [len(s) for s in sets], "needs_review": [r[4] == "true" for r in rows]})
 
 
-def test_predict_and_table_give_each_text_its_answer_alone(served, request, tmp_path, monkeypatch):
+def test_predict_and_table_give_each_text_its_answer_alone(served, tmp_path, monkeypatch):
     """`python -m textclf.predict` (4 decimals printed) and --table on the folder a user has and
     on the logged model, at two batch sizes and two chunk sizes."""
-    expected = alone(served, request)
+    expected = alone(served)
     files = []
     for i, text in enumerate(TEXTS):
         files.append(str(tmp_path / f"{i}.txt"))
@@ -168,9 +168,9 @@ def test_predict_and_table_give_each_text_its_answer_alone(served, request, tmp_
         assert_same(table, expected, f"--table {model} --batch-size {batch}, {chunk} rows a chunk")
 
 
-def test_rest_answers_each_text_alone_and_all_at_once_the_same(served, request, tmp_path):
+def test_rest_answers_each_text_alone_and_all_at_once_the_same(served, tmp_path):
     """`mlflow models serve` of the logged model: one request per text, then one with them all."""
-    expected = alone(served, request)
+    expected = alone(served)
     url = f"http://127.0.0.1:{free_port()}"
     cmd = [sys.executable, "-m", "mlflow", "models", "serve", "-m", served.uri, "-h", "127.0.0.1",
            "-p", url.rsplit(":", 1)[1], "--env-manager", "local"]
@@ -184,9 +184,9 @@ def test_rest_answers_each_text_alone_and_all_at_once_the_same(served, request, 
 
 @pytest.mark.slow
 @needs_spark
-def test_spark_answers_each_text_as_it_is_answered_alone(served, request, tmp_path):
+def test_spark_answers_each_text_as_it_is_answered_alone(served, tmp_path):
     """`python -m textclf.spark` with the logged model at 4 and 1 000 rows a batch."""
-    expected = alone(served, request)
+    expected = alone(served)
     pd.DataFrame({"id": range(len(TEXTS)), "text": TEXTS}).to_parquet(tmp_path / "in.parquet")
     for rows in (4, 1000):
         out = tmp_path / f"spark-{rows}"
