@@ -47,7 +47,7 @@ def test_an_int8_export_carries_each_formats_own_calibration(tiny_trained, tmp_p
     the one of its format, and its predictor applies it."""
     folder, _ = tiny_trained
     meta = export_model(folder / "model", tmp_path / "export", "onnx-int8",
-                        calibrator(str(folder / "t.parquet"), str(folder / "sp.parquet")))
+                        calibrate=calibrator(str(folder / "t.parquet"), str(folder / "sp.parquet")))
     validation = split_of(folder / "t.parquet", folder / "sp.parquet", "validation", meta["labels"])
     torch_calibration = json.loads((folder / "model" / CALIBRATION_FILE).read_text())
     int8, f32 = own_fit(tmp_path / "export", "onnx-int8", validation, tmp_path), \
@@ -64,7 +64,7 @@ def test_an_int8_export_carries_each_formats_own_calibration(tiny_trained, tmp_p
 def test_an_export_without_a_calibration_reads_no_validation(tiny_trained, tmp_path):
     """serve.format torch (nothing exported) asks nothing of the validation split."""
     folder, _ = tiny_trained
-    meta = export_model(folder / "model", tmp_path / "export", "torch", calibrator("missing.parquet", "missing"))
+    meta = export_model(folder / "model", tmp_path / "export", "torch", calibrate=calibrator("missing.parquet", "missing"))
     assert meta == {"format": "torch"}
 
 
