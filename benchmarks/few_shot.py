@@ -132,7 +132,7 @@ def summary(k: int, per_seed: list[dict], test: pd.DataFrame) -> tuple[list[dict
         tests.append({"K": k, "setfit vs": peer, "difference": got["difference"] * 100,
                       "pairs b/c": f"{got['model_only']}/{got['baseline_only']}", "McNemar p": got["mcnemar_p"],
                       "documents ahead/behind": f"{got['documents_model_ahead']}/{got['documents_baseline_ahead']}",
-                      "sign p": got["sign_p"], "verdict (documents once)": got["documents_verdict"]})
+                      "sign p": got["sign_p"], "verdict (documents once)": got["verdict"]})
     return rows, tests
 
 

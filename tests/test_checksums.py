@@ -19,6 +19,7 @@ from textclf.common import UserError
 from textclf.inference.model_uri import model_folder
 from textclf.inference.onnx_predictor import OnnxPredictor
 from textclf.inference.predictor import Predictor
+from textclf.model.checksums import write_checksums
 from textclf.model.export import export_model
 
 from conftest import free_port
@@ -51,8 +52,10 @@ def refused_in_one_line(proc: subprocess.CompletedProcess) -> str:
 
 @pytest.fixture
 def folders(tiny_trained, tmp_path) -> Path:
-    """A copy of the tiny model and its int8 export (the default serve.format)."""
+    """A copy of the tiny model and its int8 export (the default serve.format), in a folder
+    that looks like a DVC project (its .dvc), as models/ is."""
     tmp, _ = tiny_trained
+    (tmp_path / ".dvc").mkdir()
     shutil.copytree(tmp / "model", tmp_path / "model")
     export_model(tmp_path / "model", tmp_path / "export", "onnx-int8")
     return tmp_path
@@ -108,6 +111,31 @@ def test_a_missing_or_cut_file_and_a_damaged_manifest_are_named(folders):
     (folders / "export" / CHECKSUM_FILE).write_text("{not json")
     with pytest.raises(UserError, match="checksums.json is unreadable"):
         OnnxPredictor(folders / "export")
+
+
+def test_a_file_added_after_saving_that_a_loader_reads_is_refused(folders):
+    """A calibration.json written after the model was saved (temperature 0.05) changed every
+    probability, set and flag and passed the checksum: the loader reads it, so it is refused.
+    A file no loader reads (a note) is not."""
+    model = folders / "model"
+    (model / "calibration.json").unlink()  # as saved with train.calibration: none
+    write_checksums(model)
+    (model / "NOTES.md").write_text("trained on Tuesday")
+    Predictor(model)
+    (model / "calibration.json").write_text(json.dumps({"method": "temperature", "temperature": 0.05,
+                                                        "scores": [0.1] * 20, "nll_before": 1, "nll_after": 1}))
+    with pytest.raises(UserError, match=r"calibration.json is not among the files checksums.json lists .*"
+                                        r"loading would read it\): remove it"):
+        Predictor(model)
+
+
+def test_a_damaged_folder_outside_a_dvc_project_is_not_told_to_dvc_checkout(folders):
+    """A copy elsewhere (no .dvc above it): `dvc checkout` cannot restore it there."""
+    (folders / ".dvc").rmdir()
+    damage(folders / "model" / "model.safetensors", 0.8, 4096)
+    with pytest.raises(UserError, match="not in a DVC project, so DVC cannot restore it") as err:
+        Predictor(folders / "model")
+    assert "dvc checkout" not in str(err.value)
 
 
 def test_export_refuses_a_damaged_model_folder(folders):

@@ -97,14 +97,17 @@ def test_a_document_named_by_its_path_and_its_id_with_one_answer_is_one_correcti
     assert corpus(fixes=fixes)[1]["relabelled_by_corrections"]["count"] == 1  # was: row 3 "names no document"
 
 
-def test_the_ingest_stage_reads_the_file_it_is_given(tmp_path):
-    (tmp_path / "c.csv").write_text("doc,label\ntech/05.txt,business\n")
+def test_the_ingest_stage_reads_the_file_it_is_given(tmp_path, caplog):
+    (tmp_path / "c.csv").write_text("doc,label\ntech/05.txt,business\ntech/06.txt,drop\n")
     params = tmp_path / "params.yaml"
     params.write_text(f"ingest:\n  source: {json.dumps(str(SAMPLE))}\n")
+    caplog.set_level("INFO")
     ingest.main(["--params", str(params), "--corpus", str(tmp_path / "c.parquet"), "--report",
                  str(tmp_path / "r.json"), "--corrections", str(tmp_path / "c.csv")])
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["relabelled_by_corrections"]["documents"][0]["new_label"] == "business"
+    # the log says what the file did, not only the report
+    assert f"corrections {tmp_path / 'c.csv'} (2 rows): 1 relabelled, 1 dropped" in caplog.text
 
 
 @pytest.mark.parametrize("text, says", [

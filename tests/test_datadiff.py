@@ -108,6 +108,16 @@ def test_a_removed_document_says_why_ingest_dropped_it():
     assert plain["dropped_at_ingest"]["count"] == 0 and "dropped" not in plain["examples"][0]
 
 
+def test_no_printed_line_ends_in_an_empty_example_list():
+    """A report that names no dropped document printed `dropped at ingest: 0 (); e.g. `."""
+    from textclf.datadiff import render
+
+    old, new = old_and_new()
+    shown = render(diff(old, new, dropped=dropped_at_ingest({"skipped_files": []})), "v1", "v2")
+    assert "dropped at ingest" not in shown and "()" not in shown
+    assert not any(line.rstrip().endswith("e.g.") for line in shown.splitlines())
+
+
 def test_the_printed_line_says_how_many_of_the_relabelled_the_corrections_file_made():
     from textclf.datadiff import render
 

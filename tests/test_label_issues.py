@@ -64,6 +64,32 @@ def test_flagged_documents_are_mostly_the_planted_ones(planted):
     assert len(flagged - moved) <= 0.1 * clean, sorted(flagged - moved)
 
 
+def test_the_unflagged_test_accuracy_does_not_read_the_models_own_answers(planted, monkeypatch):
+    """accuracy_unflagged was circular: test documents flagged partly from the same model's
+    probabilities, so its mistakes were the ones left out and the figure rose by construction.
+    A model right on every test document and one wrong on 40 % of them (confidently) get the
+    same test documents left out: the baseline's flags."""
+    tmp, _, _ = planted
+    monkeypatch.chdir(tmp)
+    base = pd.read_parquet("bp.parquet")
+    probs = [c for c in base.columns if c.startswith("prob_")]
+    classes = [c[len("prob_"):] for c in probs]
+    figures = {}
+    for name, wrong_share in (("right", 0.0), ("wrong", 0.4)):
+        wrong = np.arange(len(base)) < int(wrong_share * len(base))
+        predicted = [classes[(classes.index(y) + 1) % len(classes)] if w else y for y, w in zip(base["label"], wrong)]
+        model = base.assign(predicted=predicted)
+        model[probs] = [[0.9 if c == p else 0.1 / (len(classes) - 1) for c in classes] for p in predicted]
+        model.to_parquet(f"{name}.parquet")
+        labels_stage.main(["--params", "params.yaml", "--corpus", "c.parquet", "--splits", "sp.parquet",
+                           "--predictions", f"{name}.parquet", "--table", "li.parquet", "--summary", "li.json"])
+        figures[name] = json.loads(open("li.json").read())["test"]
+    assert figures["wrong"]["accuracy"] < figures["right"]["accuracy"] == 1.0
+    assert figures["wrong"]["flagged"] == figures["right"]["flagged"] and figures["wrong"]["flagged_by"] == "baseline"
+    labels_stage.main(["--params", "params.yaml", "--corpus", "c.parquet", "--splits", "sp.parquet",
+                       "--predictions", "bp.parquet", "--table", "li.parquet", "--summary", "li.json"])
+
+
 def test_table_keeps_the_contract(planted):
     """One row per corpus document, issue 40's columns and types, most suspect first; the
     test documents judged by both models, the rest by the baseline alone."""

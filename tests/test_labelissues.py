@@ -3,15 +3,17 @@ documents prefilled with the suggestions, `accept` turns the edited sheet into c
 ingest applies; conflicts and foreign tables are refused in one line."""
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from textclf.common import UserError
-from textclf.data.corpus import build_corpus
+from textclf.data.corpus import build_corpus, write_corpus
 from textclf.data.corrections import read_corrections
 from textclf.data.mixed_groups import other_labels
 from textclf.labelissues import main
@@ -90,10 +92,12 @@ def test_accept_writes_the_decisions_that_ingest_applies(reviewed):
     table.loc[table["source_path"] == "tech/03.txt", "label"] = "drop"
     table.to_csv(sheet, index=False)
     fixes = folder / "corrections.csv"
-    main(["accept", str(sheet), "--corrections", str(fixes)])
-    assert fixes.read_text() == "doc,label\nbusiness/01.txt,tech\ntech/03.txt,drop\n"
-    main(["accept", str(sheet), "--corrections", str(fixes)])  # again: nothing new, nothing doubled
-    assert fixes.read_text() == "doc,label\nbusiness/01.txt,tech\ntech/03.txt,drop\n"
+    accept(folder, sheet, fixes)
+    # the kept label is a row too: remembered, so the next review leaves it out
+    written = "doc,label\nbusiness/01.txt,tech\nsport/02.txt,sport\ntech/03.txt,drop\n"
+    assert fixes.read_text() == written
+    accept(folder, sheet, fixes)  # again: nothing new, nothing doubled
+    assert fixes.read_text() == written
     _, report = build_corpus(SAMPLE, 1_000_000, 5, corrections=read_corrections(fixes))
     assert report["relabelled_by_corrections"]["count"] == 1 and report["dropped_by_corrections"]["count"] == 1
 
@@ -103,7 +107,7 @@ def test_accept_refuses_a_decision_that_contradicts_the_corrections_file(reviewe
     fixes = folder / "corrections.csv"
     fixes.write_text("doc,label\nbusiness/01.txt,entertainment\n")
     with pytest.raises(UserError, match=r"row 2 decides 'tech' for .*corrections.csv row 2 says 'entertainment'"):
-        main(["accept", str(sheet), "--corrections", str(fixes)])
+        accept(folder, sheet, fixes)
     assert fixes.read_text() == "doc,label\nbusiness/01.txt,entertainment\n"  # nothing written
 
 
@@ -113,8 +117,135 @@ def test_accept_refuses_a_decision_that_names_no_document(reviewed):
     table.loc[0, "source_path"] = None
     table.to_csv(sheet, index=False)
     with pytest.raises(UserError, match="row 2 decides 'tech' but names no document"):
-        main(["accept", str(sheet), "--corrections", str(folder / "corrections.csv")])
+        accept(folder, sheet, folder / "corrections.csv")
     assert not (folder / "corrections.csv").exists()
+
+
+def accept(folder: Path, sheet: Path, fixes: Path, *options: str) -> None:
+    main(["accept", str(sheet), "--corrections", str(fixes), "--corpus", str(folder / "corpus.parquet"),
+          "--params", str(folder / "params.yaml"), *options])
+
+
+def test_an_unedited_sheet_is_not_taken_unread(reviewed):
+    """A sheet exactly as review prefilled it would write every suggestion as a relabel
+    (2 019 on a real corpus) without a word: refused, unless asked for."""
+    folder, sheet, _ = reviewed
+    fixes = folder / "corrections.csv"
+    with pytest.raises(UserError, match=r"its 3 relabels are the suggestions exactly as `review` prefilled .*"
+                                        r"--all-suggestions"):
+        accept(folder, sheet, fixes)
+    assert not fixes.exists()
+    accept(folder, sheet, fixes, "--all-suggestions")
+    assert len(pd.read_csv(fixes)) == 3
+
+
+def test_accept_checks_every_row_against_the_corpus_and_names_every_problem_at_once(reviewed):
+    """A label no class has, a document the corpus does not hold, a row with a field too many:
+    accept said "dvc repro applies them" and ingest then stopped, one row per run."""
+    folder, sheet, _ = reviewed
+    fixes = folder / "corrections.csv"
+    fixes.write_text("doc,label\n")
+    table = pd.read_csv(sheet)
+    table.loc[0, "label"] = "weather"
+    table.loc[1, ["doc_id", "source_path"]] = ["0000000000000000", "sport/99.txt"]
+    table.to_csv(sheet, index=False)
+    with sheet.open("a") as fh:
+        fh.write(",".join(table.fillna("").astype(str).iloc[2].tolist()) + ",an extra field\n")
+    with pytest.raises(UserError) as err:
+        accept(folder, sheet, fixes)
+    message = str(err.value)
+    assert "3 decision(s) ingest would refuse, so nothing was written" in message and "\n" not in message
+    assert "row 2: label 'weather' is no class of the corpus" in message
+    assert "row 3: sport/99.txt is not in the corpus" in message
+    assert "row 5 has more fields than the header" in message
+    assert fixes.read_text() == "doc,label\n"
+
+
+def test_accept_applies_ingests_rules_for_copies_and_near_duplicate_groups(tmp_path):
+    """An exact copy (dropped by ingest as a duplicate) left with the old answer, and under
+    conflicts: drop a near-duplicate left with the old label, stop ingest: accept gives the
+    copy its text's answer, and names the near-duplicate first."""
+    source = tmp_path / "src"
+    shutil.copytree(SAMPLE, source)
+    words = (source / "business" / "01.txt").read_text(encoding="utf-8").split()
+    words[len(words) // 2] = "indeed"
+    (source / "business" / "near.txt").write_text(" ".join(words), encoding="utf-8")
+    shutil.copy(source / "sport" / "02.txt", source / "sport" / "copy.txt")
+    (tmp_path / "data").mkdir()
+    report = write_corpus(source, tmp_path / "data" / "corpus.parquet", 1_000_000, 5)
+    (tmp_path / "data" / "ingest_report.json").write_text(json.dumps(report.to_json()))  # as ingest writes it
+    corpus = pd.read_parquet(tmp_path / "data" / "corpus.parquet")
+    issues = write_issues(corpus, tmp_path / "issues.parquet", {"business/01.txt": "tech", "sport/02.txt": "politics"})
+    sheet, fixes = tmp_path / "review.csv", tmp_path / "corrections.csv"
+    main(["review", "--issues", str(issues), "--corpus", str(tmp_path / "data" / "corpus.parquet"), "--out", str(sheet)])
+    options = ["--corpus", str(tmp_path / "data" / "corpus.parquet"), "--params", str(tmp_path / "params.yaml"),
+               "--all-suggestions"]
+    (tmp_path / "params.yaml").write_text("ingest:\n  near_duplicates:\n    conflicts: drop\n")
+    with pytest.raises(UserError, match=r"row \d: relabels business/01.txt, but its near-duplicate "
+                                        r"business/near.txt keeps 'business'"):
+        main(["accept", str(sheet), "--corrections", str(fixes), *options])
+    (tmp_path / "params.yaml").write_text("ingest:\n  near_duplicates:\n    conflicts: keep\n")
+    main(["accept", str(sheet), "--corrections", str(fixes), *options])
+    written = pd.read_csv(fixes).set_index("doc")["label"].to_dict()
+    assert written == {"business/01.txt": "tech", "sport/02.txt": "politics", "sport/copy.txt": "politics"}
+    build_corpus(source, 1_000_000, 5, corrections=read_corrections(fixes))  # ingest takes it
+
+
+def test_a_kept_label_is_remembered_and_the_next_review_leaves_it_out(reviewed):
+    folder, sheet, _ = reviewed
+    fixes = folder / "corrections.csv"
+    table = pd.read_csv(sheet)
+    table["label"] = table["given"]  # the person keeps every given label
+    table.to_csv(sheet, index=False)
+    accept(folder, sheet, fixes)
+    again = folder / "again.csv"
+    main(["review", "--issues", str(folder / "issues.parquet"), "--corpus", str(folder / "corpus.parquet"),
+          "--out", str(again), "--corrections", str(fixes)])
+    assert pd.read_csv(again).empty
+
+
+def test_review_pairs_each_snippet_with_its_document_whatever_the_tables_order(reviewed, tmp_path):
+    folder, _, corpus = reviewed
+    issues = pd.read_parquet(folder / "issues.parquet")
+    issues["flagged"] = True
+    issues["quality"] = np.linspace(0.9, 0.1, len(issues))  # the worst last: the sheet reverses it
+    issues.iloc[::-1].set_index(issues.index * 7).to_parquet(folder / "shuffled.parquet")
+    main(["review", "--issues", str(folder / "shuffled.parquet"), "--corpus", str(folder / "corpus.parquet"),
+          "--out", str(tmp_path / "s.csv")])
+    sheet = pd.read_csv(tmp_path / "s.csv")
+    texts = corpus.set_index("doc_id")["text"].map(lambda t: " ".join(t.split())[:200])
+    assert (sheet["snippet"] == texts.loc[sheet["doc_id"]].to_numpy()).all()
+    assert sheet["quality"].is_monotonic_increasing
+
+
+def test_the_multilabel_loop_review_accept_ingest(tmp_path):
+    """review writes a label set as a|b (not the corpus's JSON list), accept takes either form and
+    stores a kept set as a keep, and ingest applies what accept wrote."""
+    from textclf.config import NearDuplicateParams
+    from textclf.data.corpus import write_corpus
+    from textclf.data.tables import Columns
+    off, multi = NearDuplicateParams(enabled=False), Columns(id="id", multilabel=True, label_delimiter="|")
+    words = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
+    rows = [{"id": f"r{i}", "text": " ".join(words[i:] + words[:i]) + f" document {i}",
+             "label": ["x|y", "y", "x|z", "z"][i % 4]} for i in range(12)]
+    pd.DataFrame(rows).to_csv(tmp_path / "t.csv", index=False)
+    write_corpus(tmp_path / "t.csv", tmp_path / "corpus.parquet", 1_000_000, 1, off, multi)
+    corpus = pd.read_parquet(tmp_path / "corpus.parquet")
+    by_id = corpus.set_index("source_path")
+    issues = write_issues(corpus, tmp_path / "issues.parquet", {by_id.index[1]: '["y", "z"]',
+                                                                by_id.index[2]: '["x"]'})
+    sheet, fixes = tmp_path / "review.csv", tmp_path / "corrections.csv"
+    main(["review", "--issues", str(issues), "--corpus", str(tmp_path / "corpus.parquet"), "--out", str(sheet)])
+    table = pd.read_csv(sheet)
+    assert table["suggested"].tolist() == ["y|z", "x"] and table["given"].tolist() == ["y", "x|z"]
+    table.loc[1, "label"] = "z|x"  # the person keeps the given set, written the other way round
+    table.to_csv(sheet, index=False)
+    accept(tmp_path, sheet, fixes)
+    assert fixes.read_text() == f"doc,label\n{by_id.index[1]},y|z\n{by_id.index[2]},x|z\n"
+    fixed, report = build_corpus(tmp_path / "t.csv", 1_000_000, 1, off, columns=multi,
+                                 corrections=read_corrections(fixes, multilabel=True))
+    assert fixed.set_index("source_path").loc[by_id.index[1], "label"] == '["y", "z"]'
+    assert report["relabelled_by_corrections"]["count"] == 1  # the keep changes nothing
 
 
 def test_review_refuses_a_table_of_another_data_version(reviewed, tmp_path):
@@ -125,7 +256,7 @@ def test_review_refuses_a_table_of_another_data_version(reviewed, tmp_path):
         main(["review", "--issues", str(issues), "--corpus", str(folder / "corpus.parquet"),
               "--out", str(tmp_path / "x.csv")])
     with pytest.raises(UserError, match="has no column"):
-        main(["accept", str(write_csv(tmp_path))])
+        main(["accept", str(write_csv(tmp_path)), "--corpus", str(folder / "corpus.parquet")])
 
 
 def write_csv(folder: Path) -> Path:

@@ -39,8 +39,19 @@ def test_pooling_finds_what_no_single_seed_can():
         seeds.append(outcomes([f"s{s}-{i}" for i in range(300)], model, baseline))
         assert compare(model, baseline, 1000, 0, 0.05)["verdict"] == NO_DIFFERENCE  # p = 0.125
     got = pooled_comparison(seeds)
-    assert got["verdict"] == BETTER and got["mcnemar_p"] == pytest.approx(2 / 2 ** 20)
+    assert got["verdict"] == got["pairs_verdict"] == BETTER and got["mcnemar_p"] == pytest.approx(2 / 2 ** 20)
     assert "p = 1.91e-06: better" in pooled_lines(got)
+
+
+def test_the_verdict_counts_a_document_tested_by_every_seed_once():
+    """The same 300 test documents in 5 seeds, the model ahead on the same 4 each time: 20
+    discordant pairs, but 4 documents. The pooled McNemar's p (1.9e-6) treats them as 20
+    independent draws; the verdict is the sign test's, p = 0.125."""
+    model, baseline = np.ones(300, bool), np.r_[np.zeros(4, bool), np.ones(296, bool)]
+    got = pooled_comparison([outcomes([f"d{i}" for i in range(300)], model, baseline) for _ in range(5)])
+    assert got["pairs_verdict"] == BETTER and got["mcnemar_p"] == pytest.approx(2 / 2 ** 20)
+    assert got["verdict"] == NO_DIFFERENCE and got["sign_p"] == pytest.approx(0.125)
+    assert "p = 0.125: no significant difference." in pooled_lines(got).splitlines()[0]
 
 
 def test_a_document_tested_by_several_seeds_counts_once_by_its_net_sign():

@@ -131,6 +131,19 @@ def test_what_setfit_cannot_do_is_one_line(tmp_path, prepared_tiny, monkeypatch,
         run_train(p)
 
 
+@pytest.mark.parametrize("sections, says", [
+    ({"model": {"head": "sequence_classification"}}, "set model.head: pooled and model.pooling: mean"),
+    ({"train": {"encoder": "last_k"}}, "last_k is not supported"),
+    ({"ingest": {"task": "multilabel", "label_delimiter": "|"}}, "setfit is for one label per document"),
+])
+def test_what_setfit_cannot_do_is_refused_as_the_params_load(tmp_path, sections, says):
+    """As ingest loads them, not 28-61 s later when train starts after four stages ran."""
+    write_params(tmp_path / "params.yaml", **SETFIT)
+    write_params(tmp_path / "params.yaml", **sections)
+    with pytest.raises(UserError, match=says):
+        load_params(tmp_path / "params.yaml")
+
+
 @pytest.mark.slow
 def test_setfit_through_dvc_repro_with_the_packaged_encoder(reproduced, tmp_path):
     """The real MiniLM: `dvc repro` after switching a reproduced demo to setfit retrains, exports,

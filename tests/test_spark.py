@@ -93,7 +93,33 @@ def test_a_registered_int8_champion_scores_every_row_as_table_does(int8_champion
     assert spark["skip_reason"] == REASONS
     marker = json.loads((tmp_path / "spark" / MARKER).read_text())
     assert marker["rows"] == {"scored": 20, "missing_text": 2, "empty_text": 2}
+    # the version the alias named when the job started, not the alias (which may move meanwhile)
+    assert (marker["model"], marker["requested"]) == ("models:/tiny/1", "models:/tiny@champion")
     assert "scored 20 of 24 rows" in caplog.text
+    assert [p.name for p in tmp_path.iterdir() if ".textclf-" in p.name] == []  # no staging folder left
+
+
+@pytest.mark.slow
+@needs_spark
+def test_a_folder_that_appears_at_out_while_the_job_runs_is_left_as_it_was(int8_champion, tmp_path, monkeypatch):
+    """Another job's finished output lands at --out after the check: it is not deleted, and
+    this job's complete result stays in its staging folder, named."""
+    store, _ = int8_champion
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", store)
+    write_rows(tmp_path / "in.parquet")
+    out, answered = tmp_path / "spark", spark_cli.answered
+
+    def another_job_finishes_first(*args):
+        out.mkdir()
+        (out / MARKER).write_text("theirs")
+        return answered(*args)
+
+    monkeypatch.setattr(spark_cli, "answered", another_job_finishes_first)
+    with pytest.raises(UserError, match=r"appeared while this job ran .* complete in (\S+\.tmp)") as err:
+        on_spark("models:/tiny@champion", tmp_path / "in.parquet", out)
+    assert (out / MARKER).read_text() == "theirs" and sorted(p.name for p in out.iterdir()) == [MARKER]
+    staged = next(p for p in tmp_path.iterdir() if p.name.startswith("spark.textclf-"))
+    assert str(staged) in str(err.value) and (staged / MARKER).is_file()
 
 
 @pytest.mark.slow
@@ -141,9 +167,9 @@ def test_a_job_that_fails_on_the_executors_leaves_no_folder_and_says_why(int8_ch
     # a setting that only the executors see, refused there as the model loads
     monkeypatch.setattr(spark_cli, "executor_env", lambda cpus: {TABLE_ENV: "1", "TEXTCLF_ONNX_THREADS": "0"})
     write_rows(tmp_path / "in.parquet")
-    with pytest.raises(SparkJobFailed, match=r"nothing was left in .*TEXTCLF_ONNX_THREADS='0' must be a positive"):
+    with pytest.raises(SparkJobFailed, match=r"wrote nothing to .*TEXTCLF_ONNX_THREADS='0' must be a positive"):
         on_spark("models:/tiny@champion", tmp_path / "in.parquet", tmp_path / "spark")
-    assert not (tmp_path / "spark").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.parquet"]  # neither --out nor its staging
 
 
 @pytest.mark.slow
@@ -168,6 +194,19 @@ def test_bad_inputs_are_one_line_each(int8_champion, tmp_path, monkeypatch):
         spark_cli.main(["models:/tiny@champion", str(tmp_path / "none.parquet"), "--master", "local[1]",
                         "--out", str(tmp_path / "d")])
     assert not any((tmp_path / d).exists() for d in "abd")
+
+
+def test_a_local_out_that_exists_or_cannot_be_written_is_refused_before_anything_starts(tmp_path, monkeypatch):
+    """Checked before the model is fetched and Spark starts (half a minute), not after the job."""
+    monkeypatch.setattr(spark_cli, "pinned", lambda model: pytest.fail("the model was fetched first"))
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(UserError, match="--out .*taken exists; remove it"):
+        spark_cli.main(["models:/tiny@champion", "in.parquet", "--out", str(tmp_path / "taken")])
+    with pytest.raises(UserError, match=r"--out .*a-file/out cannot be written \(.*a-file: Not a directory\)"):
+        spark_cli.main(["models:/tiny@champion", "in.parquet", "--out", str(tmp_path / "a-file" / "out")])
+    with pytest.raises(UserError, match="cannot be written"):
+        spark_cli.main(["models:/tiny@champion", "in.parquet", "--out", "file:///proc/textclf-out"])
 
 
 def test_a_model_that_does_not_resolve_or_predates_table_mode_is_refused_before_spark(

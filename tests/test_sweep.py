@@ -78,6 +78,18 @@ def test_a_study_is_one_search_and_takes_n_trials_in_all(tmp_path):
     assert 1e-6 <= trials[0].params["train.lr_encoder"] <= 1e-2
 
 
+def test_a_resumed_study_does_not_draw_its_first_trials_again(tmp_path):
+    """A resumed sweep's sampler restarted from sweep.seed: trial 2 retrained trial 0's exact
+    learning rate. Reopened, it draws on; a new study with the same seed still draws the same."""
+    cfg, dims, url = study_of(tmp_path, n_trials=4)
+    first = [ask(open_study(cfg, dims, [], url, join=False), cfg, dims).params for _ in range(2)]
+    resumed = ask(open_study(cfg, dims, [], url, join=False), cfg, dims).params
+    assert resumed not in first
+    (tmp_path / "again").mkdir()
+    again_cfg, again_dims, again_url = study_of(tmp_path / "again", n_trials=4)
+    assert ask(open_study(again_cfg, again_dims, [], again_url, join=False), again_cfg, again_dims).params == first[0]
+
+
 def test_a_sqlite_study_takes_one_worker(tmp_path):
     url = f"sqlite:///{tmp_path / 'optuna.db'}"
     held = single_worker_lock(url, "lr", tmp_path)

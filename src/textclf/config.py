@@ -204,6 +204,23 @@ class TrainParams(Section):
                             "documents per class): set train.processes: 1 and train.nodes: 1.")
 
 
+def check_setfit(model: ModelParams, train: TrainParams, task: str) -> None:
+    """What train.method setfit needs from other sections, refused as the params load (at
+    ingest), not when train starts after ingest, tokenize, split and the baseline ran."""
+    if train.method != "setfit":
+        return
+    if model.head != "pooled" or model.pooling != "mean":
+        raise UserError(f"params.yaml: train.method=setfit tunes and reads the encoder's mean-pooled embedding: "
+                        f"set model.head: pooled and model.pooling: mean (now {model.head}, {model.pooling}).")
+    if task == "multilabel":
+        raise UserError("params.yaml: train.method=setfit is for one label per document; a multi-label corpus "
+                        "(ingest.task: multilabel) trains with train.method: finetune.")
+    if train.encoder == "last_k":
+        raise UserError("params.yaml: train.method=setfit tunes the whole encoder (train.encoder: finetune) or "
+                        "none of it (freeze: a logistic regression on the pretrained embeddings); last_k is "
+                        "not supported.")
+
+
 def _check_endpoint(value: str) -> None:
     """train.rdzv_endpoint is host:port (an IPv6 host in brackets); nodes > 1 needs one."""
     host, _, port = value.rpartition(":")
@@ -315,6 +332,9 @@ class Params:
     labels: LabelsParams = field(default_factory=LabelsParams)
     serve: ServeParams = field(default_factory=ServeParams)
     sweep: SweepParams = field(default_factory=SweepParams)
+
+    def __post_init__(self) -> None:
+        check_setfit(self.model, self.train, self.ingest.task)
 
     def sections(self, names: Iterable[str]) -> dict[str, Section]:
         """{name: section} of the named sections (what a stage logs; flatten takes it)."""

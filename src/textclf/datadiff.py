@@ -146,6 +146,11 @@ def read_version(rev: str, path: str, repo: str, report: str = INGEST_REPORT) ->
     return pd.read_parquet(io.BytesIO(data)), ingest
 
 
+def examples(part: dict) -> str:
+    """'; e.g. a, b' of a part's example documents, '' where it has none."""
+    return f"; e.g. {', '.join(map(described, part['examples']))}" if part.get("examples") else ""
+
+
 def render(found: dict, old: str, new: str) -> str:
     by = found["relabelled"].get("by_corrections")  # after the summary: its counts read as before
     lines = [f"{old} -> {new}: {found['old_documents']} -> {found['new_documents']} documents; "
@@ -154,13 +159,12 @@ def render(found: dict, old: str, new: str) -> str:
         part = found[kind]
         if part["count"]:
             per_class = ", ".join(f"{c} {n}" for c, n in part["per_class"].items())
-            names = ", ".join(map(described, part["examples"]))
-            lines.append(f"  {kind}: {per_class}; e.g. {names}")
+            lines.append(f"  {kind}: {per_class}{examples(part)}")
     dropped = found["removed"].get("dropped_at_ingest")
-    if dropped:
+    if dropped and dropped["count"]:
         reasons = ", ".join(f"{r} {n}" for r, n in dropped["per_reason"].items())
-        lines.append(f"  removed but still in the source, dropped at ingest: {dropped['count']} ({reasons}); "
-                     f"e.g. {', '.join(map(described, dropped['examples']))}")
+        lines.append(f"  removed but still in the source, dropped at ingest: {dropped['count']}"
+                     f"{f' ({reasons})' if reasons else ''}{examples(dropped)}")
     for route, n in (found["split_moves"] or {}).get("by_route", {}).items():
         lines.append(f"  changed split {route}: {n}")
     return "\n".join(lines) + "\n"

@@ -306,9 +306,18 @@ def run_ingest(paths: IngestPaths) -> None:
     report = write_corpus(params.source, paths.corpus, params.max_bytes, params.min_per_class,
                           params.near_duplicates, columns, params.small_classes, corrections)
     write_json(paths.report, report.to_json())
-    logging.getLogger("ingest").info("seen %d %s, kept %d in %d classes, skipped %s%s", report.seen,
+    logging.getLogger("ingest").info("seen %d %s, kept %d in %d classes, skipped %s%s%s", report.seen,
                                      report.unit, report.kept, len(report.per_class), report.counts(),
-                                     mixed_line(report.near_duplicates))
+                                     mixed_line(report.near_duplicates), corrections_line(report.corrections))
+
+
+def corrections_line(applied: dict[str, Any] | None) -> str:
+    """The ingest log line's account of the corrections file ("" for none, or a header-only one)."""
+    if not applied:
+        return ""
+    return (f"; corrections {applied['corrections']['file']} ({applied['corrections']['rows']} rows): "
+            f"{applied['relabelled_by_corrections']['count']} relabelled, "
+            f"{applied['dropped_by_corrections']['count']} dropped")
 
 
 def mixed_line(near_duplicates: dict[str, Any]) -> str:

@@ -148,11 +148,13 @@ def judge(given: np.ndarray, probs: np.ndarray, classes: list[str]) -> dict:
                              "joint": round(float(r["Joint Probability"]), 4)} for _, r in pairs.iterrows()]}
 
 
-def model_accuracy(table: pd.DataFrame, predictions: pd.DataFrame) -> dict:
-    """The model's test accuracy, plain and on the test documents not flagged."""
+def model_accuracy(doc_ids: np.ndarray, flagged_by_baseline: np.ndarray, predictions: pd.DataFrame) -> dict:
+    """The model's test accuracy, plain and on the test documents the baseline alone does not
+    flag: flags that also read the model's test probabilities leave out its own mistakes, and
+    the figure rose by construction (zero noise, a 60 % model: 0.607 -> 0.670)."""
     right = pd.Series((predictions["label"] == predictions["predicted"]).to_numpy(), predictions["doc_id"])
-    flagged = table.set_index("doc_id").loc[right.index, "flagged"].to_numpy()
-    return {"documents": len(right), "flagged": int(flagged.sum()),
+    flagged = pd.Series(flagged_by_baseline, doc_ids).loc[right.index].to_numpy()
+    return {"documents": len(right), "flagged": int(flagged.sum()), "flagged_by": "baseline",
             "accuracy": round(float(right.mean()), 4) if len(right) else None,
             "accuracy_unflagged": round(float(right[~flagged].mean()), 4) if (~flagged).any() else None}
 
@@ -192,12 +194,14 @@ def run_labels(paths: LabelsPaths) -> None:
     model = {"test": predictions}
     if paths.val_predictions:
         model["validation"] = pd.read_parquet(paths.val_predictions)
+    alone = probs.copy()  # the baseline's: the test figure's flags may not read the model's answers
     judged_by = with_model(probs, doc_ids, classes, model)
     if multilabel:
-        verdict = judge_sets(labels, probs, classes)
+        verdict, by_baseline = judge_sets(labels, probs, classes), judge_sets(labels, alone, classes)
         suggested = verdict["suggested"]
     else:
-        verdict = judge(pd.Index(classes).get_indexer(labels), probs, classes)
+        given = pd.Index(classes).get_indexer(labels)
+        verdict, by_baseline = judge(given, probs, classes), judge(given, alone, classes)
         suggested = np.asarray(classes, dtype=object)[probs.argmax(axis=1)]
     table = pd.DataFrame({"doc_id": doc_ids,
                           "source_path": corpus.column("source_path").to_numpy(zero_copy_only=False),
@@ -207,8 +211,8 @@ def run_labels(paths: LabelsPaths) -> None:
     # most suspect first; ties in corpus order (a stable sort), so the table is reproducible
     table = table.sort_values("quality", kind="stable").reset_index(drop=True)[COLUMNS]
     write_parquet(table, paths.table)
-    write_json(paths.summary, summary(table, verdict, cfg, classes, model_accuracy(table, predictions), multilabel,
-                                      int(fold.max()) + 1))
+    test = model_accuracy(doc_ids, by_baseline["flagged"].astype(bool), predictions)
+    write_json(paths.summary, summary(table, verdict, cfg, classes, test, multilabel, int(fold.max()) + 1))
     log.info("%d of %d documents flagged; estimated share of wrong labels %.3f", table["flagged"].sum(),
              len(table), verdict["estimated_noise"])
 

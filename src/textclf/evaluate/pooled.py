@@ -2,15 +2,15 @@
 every seed, where one seed's ~300 documents are too few to tell a point from noise.
 
 Two views of the same per-document outcomes (each seed's model and baseline on its own test split):
-- **pooled McNemar** over every (seed, document) pair: the discordant pairs of all seeds summed,
-  b (only the model right) against c (only the baseline), exact binomial under H0. Summing the
-  seeds' 2x2 tables is the Mantel-Haenszel test for matched pairs, each pair its own stratum:
-  valid though the seeds differ in difficulty and in models, since H0 only asks that each
-  discordant pair goes either way with probability 1/2, seed by seed.
-- **documents once** (the check that needs no independence between seeds): random splits share
-  test documents, and a document twice in test is not two independent draws. Each document
-  counts once, with the sign of (model right - baseline right) summed over the seeds that
-  tested it; an exact sign test over the documents whose sum is not 0.
+- **documents once, the headline** (`verdict`): random splits share test documents, and a
+  document twice in test is not two independent draws. Each document counts once, with the
+  sign of (model right - baseline right) summed over the seeds that tested it; an exact sign
+  test over the documents whose sum is not 0. It needs no independence between seeds.
+- **pooled McNemar** over every (seed, document) pair (`pairs_verdict`): the discordant pairs of
+  all seeds summed, b (only the model right) against c (only the baseline), exact binomial under
+  H0 (the Mantel-Haenszel test for matched pairs). It counts a document tested under k seeds
+  as k independent pairs, so where seeds share test documents its p is too small; it equals the
+  headline where they share none.
 """
 from __future__ import annotations
 
@@ -59,20 +59,21 @@ def pooled_comparison(seeds: Sequence[pd.DataFrame], alpha: float = 0.05) -> dic
             "difference": float(m.mean() - base.mean()),
             "model_only": b, "baseline_only": c, "mcnemar_p": p,
             "documents_model_ahead": db, "documents_baseline_ahead": dc, "sign_p": p_docs,
-            "alpha": alpha, "verdict": _verdict(b, c, p, alpha),
-            "documents_verdict": _verdict(db, dc, p_docs, alpha)}
+            "alpha": alpha, "verdict": _verdict(db, dc, p_docs, alpha),
+            "pairs_verdict": _verdict(b, c, p, alpha)}
 
 
 def pooled_lines(result: dict) -> str:
-    """The two pooled tests in two sentences, for the multi-seed table."""
+    """The two pooled tests in two sentences, the headline first, for the multi-seed table."""
     return (f"Pooled over {result['seeds']} split seeds ({result['pairs']} test documents, "
             f"{result['documents']} distinct): model {result['model_accuracy'] * 100:.2f} % against "
-            f"baseline {result['baseline_accuracy'] * 100:.2f} %; exact McNemar on the summed discordant "
-            f"pairs: {result['model_only']} only the model gets right, {result['baseline_only']} only the "
-            f"baseline, p = {result['mcnemar_p']:.3g}: {result['verdict']}.\n"
-            f"Each document once (sign test): the model ahead on {result['documents_model_ahead']}, the "
-            f"baseline on {result['documents_baseline_ahead']}, p = {result['sign_p']:.3g}: "
-            f"{result['documents_verdict']}.")
+            f"baseline {result['baseline_accuracy'] * 100:.2f} %. Each document once (sign test, the verdict): "
+            f"the model ahead on {result['documents_model_ahead']}, the baseline on "
+            f"{result['documents_baseline_ahead']}, p = {result['sign_p']:.3g}: {result['verdict']}.\n"
+            f"Every (seed, document) pair (exact McNemar on the summed discordant pairs; a document in "
+            f"several seeds' tests counts several times, so its p is too small where they overlap): "
+            f"{result['model_only']} only the model gets right, {result['baseline_only']} only the "
+            f"baseline, p = {result['mcnemar_p']:.3g}: {result['pairs_verdict']}.")
 
 
 def outcomes_frame(doc_ids: Sequence[str], model_correct: Sequence[bool],

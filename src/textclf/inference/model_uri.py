@@ -21,6 +21,28 @@ def pyfunc_folder(model: str) -> Path:
     return local
 
 
+def pinned(model: str) -> str:
+    """`models:/<name>@<alias>` -> `models:/<name>/<version>`, the version the alias names now;
+    any other URI or folder as it is. A long job scores one version and says which, though the
+    alias may move while it runs."""
+    if not model.startswith("models:/") or "@" not in model:
+        return model
+    import mlflow
+
+    from textclf.tracking.runs import tracking_uri
+    from textclf.tracking.store import QUICK_HTTP, check_readable, store_calls
+    name, alias = model[len("models:/"):].rsplit("@", 1)
+    mlflow.set_tracking_uri(tracking_uri())
+    check_readable(mlflow.get_tracking_uri())
+    try:
+        with store_calls(QUICK_HTTP):
+            version = mlflow.MlflowClient().get_model_version_by_alias(name, alias).version
+    except mlflow.exceptions.MlflowException as err:
+        raise UserError(f"{model}: {err.message.splitlines()[0]} (tracking store "
+                        f"{mlflow.get_tracking_uri()}; set MLFLOW_TRACKING_URI).") from None
+    return f"models:/{name}/{version}"
+
+
 def _download(model: str) -> Path:
     import mlflow  # only for URIs: a local folder needs no tracking store
 

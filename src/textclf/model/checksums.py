@@ -19,6 +19,10 @@ CHECKSUM_FILE = "checksums.json"
 # speed here (docs/benchmarks.md#model-checksums-2026-12-03); the threat is damage, not forgery
 ALGORITHM = "sha256"
 _unverified: set[str] = set()  # folders without checksums already warned about (once per process)
+# What model loaders read by name (transformers' config and tokenizer files, safetensors
+# weights, calibration.json, ONNX files): such a file the list lacks is refused, as it could
+# change every answer; a README or an editor's backup beside the model is not.
+LOADER_SUFFIXES = frozenset({".json", ".safetensors", ".onnx", ".txt", ".model", ".jinja"})
 
 
 def file_digest(path: Path, algorithm: str = ALGORITHM) -> str:
@@ -40,6 +44,9 @@ def how_to_restore(folder: Path, exported: bool) -> str:
     if any((up / "MLmodel").is_file() for up in folder.resolve().parents[:2]):
         return ("download the MLflow model again (delete this copy); if the tracking store's copy "
                 "is damaged too, train and log a new one (`dvc repro -f train`)")
+    if not any((up / ".dvc").is_dir() for up in folder.resolve().parents):
+        return ("this folder is not in a DVC project, so DVC cannot restore it: copy it again from "
+                "where it came from (or log the model to MLflow and use its URI)")
     if exported:
         return f"rerun `dvc repro export`, or restore the saved one with `dvc checkout {folder}`"
     return f"restore it with `dvc checkout {folder}`, or retrain it with `dvc repro train`"
@@ -79,10 +86,14 @@ def verify_folder(folder: str | Path, names: Iterable[str] | None = None) -> Non
     algorithm, listed = _saved(folder)
     fix = how_to_restore(folder, any(name == EXPORT_FILE for name, _, _ in listed))
     asked = {name for name, _, _ in listed} if names is None else set(names)
+    if names is None:  # the whole folder is loaded: a file a loader would read, listed or refused
+        asked |= {p.name for p in folder.iterdir() if p.is_file() and p.suffix in LOADER_SUFFIXES
+                  and p.name != CHECKSUM_FILE}
     for name in asked - {name for name, _, _ in listed}:
         if (folder / name).exists():
             raise UserError(f"{folder / name} is not among the files {CHECKSUM_FILE} lists (it came "
-                            f"after the folder was saved): {fix}.")
+                            f"after the folder was saved, and loading would read it): remove it; "
+                            f"else {fix}.")
     wanted = [entry for entry in listed if entry[0] in asked]
     for name, size, _ in wanted:  # the sizes first: a missing or cut-short file reads nothing
         path = folder / name

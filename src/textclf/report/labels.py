@@ -35,7 +35,8 @@ def labels_section(summary: dict, table: pd.DataFrame, corpus: pd.DataFrame) -> 
              f"{summary['documents']} labels flagged** as probably wrong, an estimated "
              f"**{summary['estimated_noise']:.1%}** of the labels wrong "
              f"(by split: {', '.join(f'{s} {n}' for s, n in summary['flagged_by_split'].items())})."),
-        Para(f"Test: {test['flagged']} of {test['documents']} test documents flagged; test accuracy "
+        Para(f"Test: {test['flagged']} of {test['documents']} test documents flagged by the baseline alone "
+             f"(the model's own answers do not choose which are left out); test accuracy "
              f"**{fmt(test['accuracy'])}** on all of them, **{fmt(test['accuracy_unflagged'])}** on the "
              "ones not flagged: how far a wrong test label can move the headline."),
         noise_table(summary)]

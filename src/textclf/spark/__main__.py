@@ -8,7 +8,10 @@ Reads Parquet, CSV, TSV or JSON Lines from any path Spark reads and writes a fol
 partitions with `--table`'s columns (docs/spark_scoring.md): the input's columns (or the
 --id-column), the model's answer, and `skip_reason` for the rows it cannot score, kept. The
 folder is complete only when it holds `_textclf_scored.json`, written after Spark's committer
-wrote `_SUCCESS`; a failed job's folder is removed. pyspark is an optional extra
+wrote `_SUCCESS`. The job writes to a staging folder of its own beside --out and renames it to
+--out at the end, so a failed job removes only what it wrote. An alias (`@champion`) is resolved
+to its version once, before the job: every row is scored by that version, and the marker names
+it. pyspark is an optional extra
 (`pip install -e '.[spark]'`) and a Java runtime; nothing else imports it.
 """
 from __future__ import annotations
@@ -20,11 +23,11 @@ import time
 
 from textclf.common import UserError, run_stage, setup_logging
 from textclf.inference.loading import load_predictor
-from textclf.inference.model_uri import pyfunc_folder
+from textclf.inference.model_uri import pinned, pyfunc_folder
 from textclf.inference.serving import TABLE_ENV, TABLE_MODE
 from textclf.inference.table_scores import CHUNK_ROWS, answer_schema, check_columns
-from textclf.spark.session import (CORRUPT, MARKER, SPARK_TYPES, SparkJobFailed, out_exists, read_table, remove,
-                                   session, write_marker)
+from textclf.spark.session import (CORRUPT, SPARK_TYPES, SparkJobFailed, check_local_out, out_exists, out_taken,
+                                   publish, read_table, remove, session, staging, write_marker)
 
 log = logging.getLogger("textclf.spark")
 FORMATS = {".parquet": "parquet", ".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl"}
@@ -84,7 +87,11 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     setup_logging()
     started = time.monotonic()
-    folder, predictor = logged_model(args.model)  # before Spark starts: a bad URI costs seconds
+    check_local_out(args.out)  # before Spark starts (half a minute), as a bad URI is
+    args.version = pinned(args.model)
+    if args.version != args.model:
+        log.info("%s is %s now: every row is scored by that version", args.model, args.version)
+    folder, predictor = logged_model(args.version)
     answers = answer_schema(predictor)
     spark = session(args.master, args.batch_rows)
     log.info("Spark %s (%s) up %.1f s after the start, the model fetched and loaded first",
@@ -98,9 +105,8 @@ def main(argv: list[str] | None = None) -> None:
 def score(spark, args: argparse.Namespace, model_folder: str, answers) -> None:
     import mlflow
 
-    if out_exists(spark, args.out):
-        raise UserError(f"--out {args.out} exists; remove it or name a new folder (a scored folder "
-                        f"holds {MARKER}; one without it is a failed run's).")
+    if out_exists(spark, args.out):  # checked before Spark started where --out is local
+        raise UserError(out_taken(args.out))
     table = read_table(spark, args.input, args.format, args.text_column)
     columns = [c for c in table.columns if c != CORRUPT]
     keep = check_columns(args.input, columns, args.text_column, args.id_column)
@@ -109,15 +115,17 @@ def score(spark, args: argparse.Namespace, model_folder: str, answers) -> None:
                                   env_manager=args.env_manager,
                                   extra_env=executor_env(spark.conf.get("spark.task.cpus", "1")))
     scored = answered(table, udf, keep, [f.name for f in answers], args.text_column, args.format)
-    started = time.monotonic()
+    started, staged = time.monotonic(), staging(args.out)
     try:
-        scored.write.parquet(args.out)
-    except Exception as err:  # py4j's and pyspark's own; the folder must not look written
-        remove(spark, args.out)
+        scored.write.parquet(staged)
+    except Exception as err:  # py4j's and pyspark's own; only this job's folder is removed
+        remove(spark, staged)
         raise SparkJobFailed.from_error(err, args.out) from None
     counts = {r["skip_reason"] or "scored": r["count"]
-              for r in spark.read.parquet(args.out).groupBy("skip_reason").count().collect()}
-    write_marker(spark, args.out, {"model": args.model, "input": args.input, "rows": counts})
+              for r in spark.read.parquet(staged).groupBy("skip_reason").count().collect()}
+    write_marker(spark, staged, {"model": args.version, "requested": args.model, "input": args.input,
+                                 "rows": counts})
+    publish(spark, staged, args.out)
     skips = ", ".join(f"{r} {n}" for r, n in sorted(counts.items()) if r != "scored") or "none"
     log.info("scored %d of %d rows of %s into %s in %.1f s; skipped: %s", counts.get("scored", 0),
              sum(counts.values()), args.input, args.out, time.monotonic() - started, skips)

@@ -8,7 +8,10 @@ import os
 import re
 import shutil
 import sys
+import tempfile
+import uuid
 from pathlib import Path
+from urllib.parse import urlparse
 
 import pyarrow as pa
 
@@ -119,10 +122,55 @@ def out_exists(spark, out: str) -> bool:
     return bool(fs.exists(where))
 
 
-def remove(spark, out: str) -> None:
-    """A failed job's output folder, gone (it did not exist before the job)."""
-    fs, where = _fs(spark, out)
+def local_path(out: str) -> Path | None:
+    """--out on this machine's file system (no scheme, or file:), else None (s3a://, hdfs://)."""
+    parsed = urlparse(out)
+    if len(parsed.scheme) <= 1:  # none, or a Windows drive letter
+        return Path(out)
+    return Path(parsed.path) if parsed.scheme == "file" else None
+
+
+def check_local_out(out: str) -> None:
+    """Before Spark starts (half a minute): a local --out that exists, or whose folder cannot
+    take a new one, is refused in one line. Another file system is checked once Spark is up."""
+    path = local_path(out)
+    if path is None:
+        return
+    if path.exists():
+        raise UserError(out_taken(out))
+    parent = next(p for p in path.absolute().parents if p.exists())
+    try:  # os.access says yes to root on a read-only mount: try it
+        os.rmdir(tempfile.mkdtemp(prefix=".textclf-probe-", dir=parent))
+    except OSError as err:
+        raise UserError(f"--out {out} cannot be written ({parent}: {err.strerror}); name a folder "
+                        "this user can create.") from None
+
+
+def out_taken(out: str) -> str:
+    return (f"--out {out} exists; remove it or name a new folder (a scored folder holds {MARKER}; "
+            "one without it is a failed run's).")
+
+
+def staging(out: str) -> str:
+    """The folder this job writes to, beside --out and named for this job alone: what a failed
+    job removes is then only ever its own."""
+    return f"{out.rstrip('/')}.textclf-{uuid.uuid4().hex[:12]}.tmp"
+
+
+def remove(spark, folder: str) -> None:
+    """This job's staging folder, gone."""
+    fs, where = _fs(spark, folder)
     fs.delete(where, True)
+
+
+def publish(spark, staged: str, out: str) -> None:
+    """The finished staging folder (its marker inside) renamed to --out: a folder that appeared
+    at --out while this job ran (another job's) is left as it was, and so is this job's result."""
+    fs, src = _fs(spark, staged)
+    dst = _fs(spark, out)[1]
+    if fs.exists(dst) or not fs.rename(src, dst):
+        raise UserError(f"--out {out} appeared while this job ran (another job's?) and is left as it "
+                        f"was; this job's result is complete in {staged}: move it, or remove it.")
 
 
 def write_marker(spark, out: str, content: dict) -> None:
@@ -152,4 +200,4 @@ class SparkJobFailed(UserError):
     @classmethod
     def from_error(cls, err: BaseException, out: str) -> "SparkJobFailed":
         # the worker's traceback is inside the JVM's message: its last such line
-        return cls(f"the Spark job failed and nothing was left in {out}: {causes(err)[-1]}")
+        return cls(f"the Spark job failed and wrote nothing to {out}: {causes(err)[-1]}")

@@ -56,16 +56,17 @@ def open_study(cfg: SweepParams, dims: list[Dim], fixed: list[str], url: str, jo
         raise UserError("--join needs a study other machines reach: set sweep.storage to the team's "
                         "PostgreSQL (postgresql://…, docs/sweeps.md); a SQLite study runs on one machine.")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    sampler = optuna.samplers.TPESampler(seed=cfg.seed, constant_liar=True)  # parallel trials spread out
     direction = "maximize" if cfg.objective == "val_macro_f1" else "minimize"
     try:
-        study = optuna.load_study(study_name=cfg.study, storage=url, sampler=sampler)
+        study = optuna.load_study(study_name=cfg.study, storage=url)
     except KeyError:
         if join:
             raise UserError(f"no study {cfg.study!r} in {url.split('@')[-1]} to join; start it "
                             "without --join on one machine first.") from None
-        study = optuna.create_study(study_name=cfg.study, storage=url, sampler=sampler,
-                                    direction=direction, load_if_exists=True)
+        study = optuna.create_study(study_name=cfg.study, storage=url, direction=direction, load_if_exists=True)
+    # seeded by the trials the study holds: a resumed sweep (or a joining machine) draws on from
+    # there, where sweep.seed alone restarted the stream and re-ran trial 0's very parameters
+    study.sampler = optuna.samplers.TPESampler(seed=cfg.seed + len(study.trials), constant_liar=True)
     wanted, stored = settings_of(cfg, dims, fixed), study.user_attrs.get(SETTINGS)
     if stored is None:
         study.set_user_attr(SETTINGS, wanted)

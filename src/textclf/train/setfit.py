@@ -25,7 +25,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from textclf.common import UserError, raise_if_interrupted
-from textclf.config import Params
+from textclf.config import Params, check_setfit as check_params
 from textclf.inference.proba import row_outputs
 from textclf.model.batching import Collator
 from textclf.model.heads import PooledClassifier
@@ -36,18 +36,9 @@ HEAD_C = 1.0  # scikit-learn's default, which SetFit's head keeps
 
 
 def check_setfit(params: Params, multilabel: bool) -> None:
-    """What train.method setfit needs, each a one-line fix."""
-    model, cfg = params.model, params.train
-    if model.head != "pooled" or model.pooling != "mean":
-        raise UserError(f"train.method=setfit tunes and reads the encoder's mean-pooled embedding: set "
-                        f"model.head: pooled and model.pooling: mean (now {model.head}, {model.pooling}).")
-    if multilabel:
-        raise UserError("train.method=setfit is for one label per document; a multi-label corpus trains "
-                        "with train.method: finetune.")
-    if cfg.encoder == "last_k":
-        raise UserError("train.method=setfit tunes the whole encoder (train.encoder: finetune) or none of "
-                        "it (freeze: a logistic regression on the pretrained embeddings); last_k is not "
-                        "supported.")
+    """What train.method setfit needs, each a one-line fix: the params' own rules (config,
+    checked as they load) and the corpus's task, which its token store says."""
+    check_params(params.model, params.train, "multilabel" if multilabel else params.ingest.task)
 
 
 def sample_pairs(labels: np.ndarray, iterations: int, seed: int) -> np.ndarray:
