@@ -331,3 +331,23 @@ def test_fold_count_is_the_smallest_class_in_groups():
     groups = np.array([f"a{i}" for i in range(20)] + ["b0", "b0", "b1", "b2"])
     assert fold_count(labels, groups, 10) == 3
     assert fold_count(labels, groups, 2) == 2
+
+
+def test_the_multilabel_judge_forks_no_worker_pool(monkeypatch):
+    """cleanlab's default n_jobs forked a pool whose workers inherited the stage's SIGTERM
+    handler: every multi-label run printed `Process ForkPoolWorker-N: Traceback ...
+    Interrupted: SIGTERM`, and 2 of 7 hung after the last fold. The judge runs in-process."""
+    import multiprocessing.pool
+
+    from textclf.evaluate.label_issues_multilabel import judge_sets
+
+    def no_pool(*args, **kwargs):
+        raise AssertionError("a worker pool was started")
+
+    monkeypatch.setattr(multiprocessing.pool.Pool, "__init__", no_pool)
+    rng = np.random.default_rng(0)
+    labels = ["a", "b", "c", "d"]
+    sets = np.array([json.dumps(sorted(set(rng.choice(labels, rng.integers(1, 3)).tolist()))) for _ in range(300)],
+                    dtype=object)
+    verdict = judge_sets(sets, rng.random((300, 4)), labels)
+    assert set(verdict["noise"]) == set(labels) and len(verdict["flagged"]) == 300
