@@ -14,6 +14,7 @@ checked to hold one row per input row.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import subprocess
@@ -92,10 +93,26 @@ def score(model: str, table: Path, out: Path, batch_size: int) -> tuple[float, f
     return wall, usage.ru_maxrss / 1024  # KiB on Linux
 
 
+@contextlib.contextmanager
+def work_dir(work: str | None):
+    """--work, made if missing and kept (the tables and predictions stay there), or a temp dir;
+    a --work that cannot be one is one line, not a traceback."""
+    if work is None:
+        with tempfile.TemporaryDirectory() as tmp:
+            yield tmp
+        return
+    try:
+        Path(work).mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise SystemExit(f"--work {work}: cannot make it a folder ({err.strerror}); name a folder "
+                         "this user can write.") from None
+    yield work
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    with tempfile.TemporaryDirectory(dir=args.work) as tmp:
+    with work_dir(args.work) as tmp:
         for rows in args.rows:
             table, out = Path(tmp) / f"texts-{rows}.parquet", Path(tmp) / f"preds-{rows}.parquet"
             write_table(table, rows)

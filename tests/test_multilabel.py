@@ -291,10 +291,11 @@ def test_padding_a_multi_hot_batch_masks_the_whole_row():
         torch.nn.functional.binary_cross_entropy_with_logits(logits[:1], batch["labels"][:1]).item())
 
 
-def test_the_guards_judge_the_kept_epoch_at_the_tuned_thresholds(tiny_multilabel):
-    """Each epoch is watched at probability 0.5 (nothing is tuned yet); the verdict on the kept
-    epoch is at the thresholds the served model uses: a model whose labels all sit below 0.5
-    but above their thresholds answers labels, and is not called collapsed for it."""
+def test_the_collapse_guard_judges_what_the_curve_records(tiny_multilabel):
+    """Each epoch is watched at probability 0.5; the kept epoch's curve row says collapsed (the
+    empty set for every document), so the guard says collapsed too, whatever the tuned
+    thresholds make of it (said beside): the report's curve and guard table showed `collapsed 1`
+    and `collapse: pass`. silent_class judges the labels given at the tuned thresholds."""
     folder, _ = tiny_multilabel
     curve = pd.read_csv(folder / "curve.csv")
     guards = json.loads((folder / "guards.json").read_text())
@@ -304,7 +305,9 @@ def test_the_guards_judge_the_kept_epoch_at_the_tuned_thresholds(tiny_multilabel
     thresholds = json.loads((folder / "model" / "thresholds.json").read_text())
     given = probs >= np.array([thresholds[label] for label in labels])
     assert given.any(axis=1).mean() > 0.5  # at the tuned thresholds most documents get a label
-    assert guards["collapse"]["status"] == "recovered", guards["collapse"]["message"]
+    assert guards["collapse"]["status"] == "collapsed", guards["collapse"]["message"]
+    assert "label set '[]'" in guards["collapse"]["message"]
+    assert "At the per-label thresholds tuned on validation its top label set" in guards["collapse"]["message"]
 
 
 def test_a_chunked_multilabel_corpus_scores_documents_not_windows(tmp_path, tiny_random_bert, monkeypatch):

@@ -94,6 +94,19 @@ def test_bbc_near_duplicates_reported_and_never_split(bbc):
             assert abs((split["split"] == name).sum() - n) <= 5, (seed, name)
 
 
+@pytest.mark.slow
+def test_the_pages_bbc_split_sizes_are_each_methods(bbc):
+    """docs/near_duplicates.md gives the default (stable) split's sizes and stratified_shuffle's;
+    it once gave only the latter's, under the default's name."""
+    frame, _ = bbc
+    stable, _ = stable_split(frame, FRACTIONS, 42)
+    sizes = {name: [int((s["split"] == n).sum()) for n in ("train", "validation", "test")]
+             for name, s in (("stable", stable), ("stratified_shuffle", stratified_split(frame, FRACTIONS, 42)))}
+    assert sizes == {"stable": [1481, 319, 325], "stratified_shuffle": [1487, 321, 317]}
+    page = (REPO / "docs" / "near_duplicates.md").read_text()
+    assert "1481 / 319 / 325" in page and "1487 / 321 / 317" in page
+
+
 @needs_bbc
 @pytest.mark.slow
 def test_variant_families_form_one_group_each_and_unrelated_articles_none(tmp_path):

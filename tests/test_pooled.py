@@ -82,3 +82,20 @@ def test_multiseed_without_readable_predictions_warns_and_skips_the_pooled_test(
 
     assert pooled_or_none(["0" * 40]) is None  # a commit this repository does not have
     assert "no pooled test: an experiment's test predictions cannot be read" in caplog.text
+
+
+def test_multiseed_summarize_tabulates_the_seeds_that_finished(caplog):
+    """`--summarize` after 2 of 5 seeds said `No finished experiment named ms-s2, ms-s3, ...`:
+    it tabulates what exists, naming the seeds not finished; with none, one line says how."""
+    import argparse
+
+    from textclf.multiseed import DEFAULT_SEEDS, finished
+
+    exps = {"ms-s0": {}, "ms-s1": {}, "other-s2": {}}
+    default = {s: f"ms-s{s}" for s in DEFAULT_SEEDS}
+    assert finished(default, exps, argparse.Namespace(summarize=True, seeds=None, name="ms")) == {0: "ms-s0", 1: "ms-s1"}
+    asked = {s: f"ms-s{s}" for s in (0, 1, 2)}
+    assert finished(asked, exps, argparse.Namespace(summarize=True, seeds=[0, 1, 2], name="ms")) == {0: "ms-s0", 1: "ms-s1"}
+    assert "not finished (yet): ms-s2; the table has the other 2 seeds" in caplog.text
+    with pytest.raises(SystemExit, match="no finished experiment named nope-s0.*--name, --seeds"):
+        finished({0: "nope-s0"}, exps, argparse.Namespace(summarize=True, seeds=None, name="nope"))

@@ -4,6 +4,7 @@ real MLflow store, and (slow) a study end to end through real queued DVC experim
 tiny RANDOM BERT (plumbing: which learning rate wins is not the point there)."""
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -160,6 +161,13 @@ def test_a_sweep_end_to_end_through_queued_dvc_experiments(tmp_path, tiny_random
     assert "| trial | experiment | train.lr_encoder |" in (repo / "reports" / "sweep.md").read_text()
     assert len(optuna.load_study(study_name="lr", storage=f"sqlite:///{repo / '.sweep' / 'optuna.db'}")
                .get_trials()) == 3
+    if found["best"]:  # the command sweep.md gives takes the best trial and registers it (trials do not)
+        take = re.search(r"`(dvc exp apply \S+ && dvc exp run -S evaluate.register=true)`",
+                         (repo / "reports" / "sweep.md").read_text()).group(1)
+        assert not client.search_model_versions()
+        proc = subprocess.run(["bash", "-c", take], cwd=repo, env=env, capture_output=True, text=True, timeout=900)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert len(client.search_model_versions()) == 1
 
 
 def test_trials_register_no_model_version_unless_told_and_a_sampled_param_is_not_fixed(tmp_path):

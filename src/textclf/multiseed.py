@@ -17,12 +17,14 @@ import datetime
 import json
 import logging
 import os
+import re
 import statistics
 
 from textclf.common import run_stage
 from textclf.evaluate.pooled import pooled_comparison, pooled_lines, seed_outcomes
 from textclf.tracking.dvc_exps import dvc, experiments, queue, revisions, run_queued
 
+DEFAULT_SEEDS = (0, 1, 2, 3, 4)
 log = logging.getLogger("multiseed")
 
 
@@ -124,9 +126,26 @@ def queue_and_wait(names: dict[int, str], overrides: list[str], jobs: int) -> No
         raise SystemExit(f"experiments {', '.join(failed)} failed (see `dvc queue logs NAME`).")
 
 
+def finished(names: dict[int, str], exps: dict, args: argparse.Namespace) -> dict[int, str]:
+    """The seeds to tabulate: after a run, all of them; --summarize without --seeds, every
+    finished NAME-s<seed>; with --seeds, those that finished, the others named in one line."""
+    if args.summarize and not args.seeds:
+        found = {int(m.group(1)): n for n in exps if (m := re.fullmatch(rf"{re.escape(args.name)}-s(\d+)", n))}
+        names = dict(sorted(found.items())) or names
+    missing = [n for n in names.values() if n not in exps]
+    if len(missing) == len(names) or (missing and not args.summarize):
+        raise SystemExit(f"no finished experiment named {', '.join(missing)} in `dvc exp show`; run them "
+                         "first (drop --summarize), or name them as they were run (--name, --seeds).")
+    if missing:
+        log.warning("not finished (yet): %s; the table has the other %d seeds", ", ".join(missing),
+                    len(names) - len(missing))
+    return {seed: name for seed, name in names.items() if name in exps}
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4], help="split seeds")
+    parser.add_argument("--seeds", type=int, nargs="+",
+                        help="split seeds (default 0-4; with --summarize, every finished NAME-s<seed>)")
     parser.add_argument("--name", default="seeds", help="experiments are named NAME-s<seed>")
     parser.add_argument("--source", help="corpus folder (ingest.source); default: params.yaml's")
     parser.add_argument("--preset", help="a file of key=value params, one per line (# comments), "
@@ -138,7 +157,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--json", help="also write the per-seed rows to this JSON file")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    names = {seed: f"{args.name}-s{seed}" for seed in args.seeds}
+    names = {seed: f"{args.name}-s{seed}" for seed in args.seeds or DEFAULT_SEEDS}
     if not args.summarize:
         if args.source and not os.path.isdir(args.source):
             raise SystemExit(f"--source {args.source}: no such folder (a folder per class).")
@@ -150,10 +169,7 @@ def main(argv: list[str] | None = None) -> None:
     # commit leaves behind; `dvc exp show` alone lists only those of the current one
     shown = json.loads(dvc("exp", "show", "--json", "--all-commits"))
     exps = experiments(shown)
-    missing = [n for n in names.values() if n not in exps]
-    if missing:
-        raise SystemExit(f"no finished experiment named {', '.join(missing)} in `dvc exp show`; "
-                         "run them first (drop --summarize).")
+    names = finished(names, exps, args)
     rows = [seed_row(seed, exps[name]) for seed, name in names.items()]
     pooled = pooled_or_none([revisions(shown)[name]["rev"] for name in names.values()])
     log.info("%s: %d split seeds, experiments %s-s*\n%s\n\n%s", datetime.date.today(), len(rows), args.name,

@@ -49,17 +49,22 @@ def judge_sets(sets: np.ndarray, probs: np.ndarray, labels: list[str]) -> dict:
     share of documents whose given value of that label looks wrong), the estimated share of
     documents with a wrong label, the suggested sets; no overlapping pairs (labels are not
     exclusive, so no pair competes)."""
-    from cleanlab.multilabel_classification.dataset import common_multilabel_issues
-    from cleanlab.multilabel_classification.filter import find_label_issues
+    from cleanlab.multilabel_classification.filter import find_label_issues, find_multilabel_issues_per_class
     from cleanlab.multilabel_classification.rank import get_label_quality_scores
 
     index = {label: i for i, label in enumerate(labels)}
     given = [[index[label] for label in labels_of(s)] for s in sets]
     quality = get_label_quality_scores(given, probs)
+    # n_jobs=1 everywhere: cleanlab's default forks a pool whose workers inherit the stage's
+    # SIGTERM handler; pool.terminate() then printed their Interrupted tracebacks, and a worker
+    # killed holding the pool's lock hung the stage (common_multilabel_issues has no n_jobs)
     flagged = find_label_issues(given, probs, filter_by="prune_by_noise_rate", n_jobs=1)
-    per_label = common_multilabel_issues(given, probs, class_names=labels)
-    noise = per_label.groupby("Class Name")["Issue Probability"].sum()  # given on + given off
-    return {"quality": quality, "flagged": flagged, "noise": {c: round(float(noise.get(c, 0.0)), 4) for c in labels},
+    issues, _, _ = find_multilabel_issues_per_class(given, probs, return_indices_ranked_by="self_confidence",
+                                                    n_jobs=1)
+    # a label's noise rate: the documents whose given value of it looks wrong (on or off), as
+    # common_multilabel_issues' two Issue Probability rows of the label summed
+    noise = {c: round(len(found) / len(given), 4) for c, found in zip(labels, issues)}
+    return {"quality": quality, "flagged": flagged, "noise": noise,
             "estimated_noise": round(float(flagged.mean()), 4), "overlapping": [],
             "suggested": np.asarray(label_sets(suggest(hot(sets, labels), probs), labels), dtype=object)}
 

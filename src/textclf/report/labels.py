@@ -45,16 +45,18 @@ def labels_section(summary: dict, table: pd.DataFrame, corpus: pd.DataFrame) -> 
                             [[p["a"], p["b"], p["documents"], f"{p['joint']:.4f}"]
                              for p in summary["overlapping"]]))
     blocks += mixed_groups_blocks(summary, table)
-    worst = table[table["flagged"]].head(summary["show"])
+    # the labels.show most suspect, flagged or not: the table is sorted by quality, lowest first
+    worst = table.head(summary["show"]).merge(corpus[["doc_id", "text"]], on="doc_id", how="left")
     if worst.empty:
-        return blocks + [Para("No label flagged.")]
-    worst = worst.merge(corpus[["doc_id", "text"]], on="doc_id", how="left")
-    rows = [[r.source_path, r.split, r.given, r.suggested, quality(r.quality),
+        return blocks
+    rows = [[r.source_path, r.split, r.given, r.suggested, quality(r.quality), "yes" if r.flagged else "no",
              " ".join(str(r.text).split())[:SNIPPET] + "…"] for r in worst.itertuples()]
-    return blocks + [Para(f"The {len(rows)} most suspect (reports/label_issues.parquet holds every document); "
-                          "quality is the probability the judges give the label the document carries "
-                          "(cleanlab's self-confidence), lowest first:"),
-                     Table(["document", "split", "given", "suggested", "quality", "text"], rows)]
+    flagged = int(worst["flagged"].sum())
+    return blocks + [Para(f"The {len(rows)} most suspect documents (`labels.show`; {flagged} of them flagged; "
+                          "reports/label_issues.parquet holds every document); quality is the probability the "
+                          "judges give the label the document carries (cleanlab's self-confidence), lowest first:"
+                          + ("" if flagged else " no label is flagged.")),
+                     Table(["document", "split", "given", "suggested", "quality", "flagged", "text"], rows)]
 
 
 def mixed_groups_blocks(summary: dict, table: pd.DataFrame) -> list[Block]:

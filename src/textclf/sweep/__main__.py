@@ -7,7 +7,8 @@ Each trial is `dvc exp run --queue` of the whole pipeline with the sampled param
 `parallel` at a time (`dvc queue start -j`); Optuna picks the next ones from the finished ones.
 A trial whose kept model has a guard alarm failed, with the guard's reason; the score is the
 validation objective at the kept epoch, never a test score. Inspect a trial with `dvc exp show`,
-take one with `dvc exp apply NAME` and `dvc repro`. The same command resumes an interrupted sweep.
+take one with `dvc exp apply NAME && dvc exp run -S evaluate.register=true` (trials
+register no model version; a plain `dvc repro` after the apply would not either). The same command resumes an interrupted sweep.
 """
 from __future__ import annotations
 

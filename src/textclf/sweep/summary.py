@@ -85,7 +85,7 @@ def markdown(found: dict) -> str:
         restored = b["restored_from"] and (f" Its training was restored by DVC's run-cache from "
                                            f"{b['restored_from']['experiment']}'s (run {b['restored_from']['run_id']}).")
         lines += not_learned(found)
-        lines += [f"Best: trial {b['trial']} (`dvc exp apply {b['experiment']}`), {found['objective']} "
+        lines += [f"Best: trial {b['trial']} (`dvc exp apply {b['experiment']} && dvc exp run -S evaluate.register=true`), {found['objective']} "
                   f"{b['value']:.4f}, " + ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
                                                       for k, v in b["params"].items()) + "." + (restored or ""), ""]
     else:

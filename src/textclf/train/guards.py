@@ -145,7 +145,10 @@ def judge_collapse(history: list[dict], kept_epoch: int) -> tuple[str, str]:
                          f"(epochs seen: {[h['epoch'] for h in history]}).")
     others = [h["epoch"] for h in history if h["collapsed"] and h["epoch"] != kept_epoch]
     if kept["collapsed"]:
-        return "collapsed", f"epoch {kept_epoch} (the kept one): {collapse_message(kept)}"
+        tuned = kept.get("tuned")  # multi-label: what the tuned thresholds make of it, said beside
+        beside = (f" At the per-label thresholds tuned on validation its top label set {tuned['top_class']!r} "
+                  f"takes {tuned['top_share']:.0%}." if tuned else "")
+        return "collapsed", f"epoch {kept_epoch} (the kept one): {collapse_message(kept)}{beside}"
     if others:
         listed = ", ".join(map(str, others))
         return "recovered", (f"epoch{'s' if len(others) > 1 else ''} {listed} collapsed, but the kept "
