@@ -34,7 +34,9 @@ def predictors(tmp_path_factory, tiny_random_bert) -> dict:
     tmp = tmp_path_factory.mktemp("invariance")
     folder = saved(tmp / "model", tiny_random_bert, HEADS[0])
     params = write_params(tmp / "params.yaml", serve={"format": "onnx-int8"})
-    export.main(["--params", str(params), "--model-dir", str(folder), "--out", str(tmp / "export")])
+    # an untrained model carries no calibration: the validation split is never read
+    export.main(["--params", str(params), "--tokens", "unread.parquet", "--splits", "unread.parquet",
+                 "--model-dir", str(folder), "--out", str(tmp / "export")])
     return {"onnx-int8": OnnxPredictor(tmp / "export"),
             "onnx": OnnxPredictor(format_folder(tmp / "export", "onnx", tmp / "float32")),
             "torch": Predictor(folder), "folder": tmp}
