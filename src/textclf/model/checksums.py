@@ -40,16 +40,24 @@ def write_checksums(folder: str | Path) -> None:
 
 def how_to_restore(folder: Path, exported: bool) -> str:
     """What a user does about a damaged folder: a logged MLflow model's copy (its MLmodel sits
-    above the artifact folder) is fetched again; a pipeline output is restored or rebuilt."""
-    if any((up / "MLmodel").is_file() for up in folder.resolve().parents[:2]):
+    above the artifact folder) is fetched again; a pipeline output is restored or rebuilt, by
+    commands that run as printed: `--force`, as DVC will not overwrite a changed file without
+    it, and from the project's root when this process runs outside the project."""
+    resolved = folder.resolve()
+    if any((up / "MLmodel").is_file() for up in resolved.parents[:2]):
         return ("download the MLflow model again (delete this copy); if the tracking store's copy "
                 "is damaged too, train and log a new one (`dvc repro -f train`)")
-    if not any((up / ".dvc").is_dir() for up in folder.resolve().parents):
+    root = next((up for up in resolved.parents if (up / ".dvc").is_dir()), None)
+    if root is None:
         return ("this folder is not in a DVC project, so DVC cannot restore it: copy it again from "
                 "where it came from (or log the model to MLflow and use its URI)")
+    cwd = Path.cwd().resolve()
+    cd, target = ("", folder) if cwd == root or root in cwd.parents else \
+        (f"cd {root} && ", resolved.relative_to(root))
     if exported:
-        return f"rerun `dvc repro export`, or restore the saved one with `dvc checkout {folder}`"
-    return f"restore it with `dvc checkout {folder}`, or retrain it with `dvc repro train`"
+        return (f"rerun `{cd}dvc repro export`, or restore the saved one with "
+                f"`{cd}dvc checkout --force {target}`")
+    return f"restore it with `{cd}dvc checkout --force {target}`, or retrain it with `{cd}dvc repro train`"
 
 
 def _saved(folder: Path) -> tuple[str, list[tuple[str, int, str]]]:
