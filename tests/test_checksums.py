@@ -55,9 +55,11 @@ def refused_in_one_line(proc: subprocess.CompletedProcess) -> str:
 @pytest.fixture
 def folders(tiny_trained, tmp_path) -> Path:
     """A copy of the tiny model and its int8 export (the default serve.format), in a folder
-    that looks like a DVC project (its .dvc), as models/ is."""
+    that looks like a DVC project (its .dvc, a dvc.lock whose stages write both), as models/ is."""
     tmp, _ = tiny_trained
     (tmp_path / ".dvc").mkdir()
+    (tmp_path / "dvc.lock").write_text("schema: '2.0'\nstages:\n  train:\n    outs:\n    - path: model\n"
+                                       "  export:\n    outs:\n    - path: export\n")
     shutil.copytree(tmp / "model", tmp_path / "model")
     export_model(tmp_path / "model", tmp_path / "export", "onnx-int8")
     return tmp_path
@@ -138,6 +140,15 @@ def test_a_damaged_folder_outside_a_dvc_project_is_not_told_to_dvc_checkout(fold
     damage(folders / "model" / "model.safetensors", 0.8, 4096)
     with pytest.raises(UserError, match="not in a DVC project, so DVC cannot restore it") as err:
         Predictor(folders / "model")
+    assert "dvc checkout" not in str(err.value)
+
+
+def test_a_damaged_folder_dvc_does_not_track_is_not_told_to_dvc_checkout(folders):
+    """A copy inside the project that no stage writes: `dvc checkout` cannot restore it."""
+    shutil.copytree(folders / "model", folders / "model-copy")
+    damage(folders / "model-copy" / "model.safetensors", 0.8, 4096)
+    with pytest.raises(UserError, match="DVC does not track this folder") as err:
+        Predictor(folders / "model-copy")
     assert "dvc checkout" not in str(err.value)
 
 
