@@ -5,6 +5,8 @@ a TINY RANDOM BERT (READ-ONLY: tests damage copies); the damage is the issue's: 
 200 KB at 80 % of the file, or garbage in its first 4 KB."""
 import json
 import logging
+import os
+import re
 import shutil
 import subprocess
 import sys
@@ -22,7 +24,7 @@ from textclf.inference.predictor import Predictor
 from textclf.model.checksums import write_checksums
 from textclf.model.export import export_model
 
-from conftest import free_port
+from conftest import copy_repo, dvc, free_port, write_params
 
 CHECKSUM_FILE = "checksums.json"  # by name: a user sees the file
 
@@ -53,9 +55,11 @@ def refused_in_one_line(proc: subprocess.CompletedProcess) -> str:
 @pytest.fixture
 def folders(tiny_trained, tmp_path) -> Path:
     """A copy of the tiny model and its int8 export (the default serve.format), in a folder
-    that looks like a DVC project (its .dvc), as models/ is."""
+    that looks like a DVC project (its .dvc, a dvc.lock whose stages write both), as models/ is."""
     tmp, _ = tiny_trained
     (tmp_path / ".dvc").mkdir()
+    (tmp_path / "dvc.lock").write_text("schema: '2.0'\nstages:\n  train:\n    outs:\n    - path: model\n"
+                                       "  export:\n    outs:\n    - path: export\n")
     shutil.copytree(tmp / "model", tmp_path / "model")
     export_model(tmp_path / "model", tmp_path / "export", "onnx-int8")
     return tmp_path
@@ -81,7 +85,8 @@ def test_predict_refuses_a_damaged_onnx_file_in_one_line(folders, at, size):
     damage(onnx, at, size)
     line = refused_in_one_line(predict_cli(folders / "export"))
     assert f"{onnx} is not the file that was saved (its sha256 differs" in line
-    assert "rerun `dvc repro export`" in line and f"dvc checkout {folders / 'export'}" in line
+    assert f"rerun `cd {folders} && dvc repro export`" in line  # pytest runs outside that project
+    assert f"`cd {folders} && dvc checkout --force export`" in line
 
 
 @pytest.mark.parametrize("name", ["model.safetensors", "tokenizer.json"])
@@ -90,7 +95,7 @@ def test_predict_refuses_a_damaged_model_folder_in_one_line(folders, name):
     damage(path, 0.8, min(200_000, path.stat().st_size // 5))
     line = refused_in_one_line(predict_cli(folders / "model"))
     assert f"{path} is not the file that was saved" in line
-    assert f"dvc checkout {folders / 'model'}" in line and "dvc repro train" in line
+    assert f"`cd {folders} && dvc checkout --force model`" in line and "dvc repro train" in line
 
 
 def test_a_missing_or_cut_file_and_a_damaged_manifest_are_named(folders):
@@ -138,6 +143,15 @@ def test_a_damaged_folder_outside_a_dvc_project_is_not_told_to_dvc_checkout(fold
     assert "dvc checkout" not in str(err.value)
 
 
+def test_a_damaged_folder_dvc_does_not_track_is_not_told_to_dvc_checkout(folders):
+    """A copy inside the project that no stage writes: `dvc checkout` cannot restore it."""
+    shutil.copytree(folders / "model", folders / "model-copy")
+    damage(folders / "model-copy" / "model.safetensors", 0.8, 4096)
+    with pytest.raises(UserError, match="DVC does not track this folder") as err:
+        Predictor(folders / "model-copy")
+    assert "dvc checkout" not in str(err.value)
+
+
 def test_export_refuses_a_damaged_model_folder(folders):
     """Exporting damaged weights would write them under fresh checksums."""
     weights = folders / "model" / "model.safetensors"
@@ -157,7 +171,7 @@ def test_a_folder_without_checksums_loads_with_a_warning(folders, caplog):
     damage(folders / "export" / "model.int8.onnx", 0.0, 4096)
     line = refused_in_one_line(predict_cli(folders / "export"))
     assert "model.int8.onnx is not an ONNX model ONNX Runtime can load (InvalidProtobuf)" in line
-    assert "rerun `dvc repro export`" in line
+    assert "dvc repro export`" in line
 
 
 def test_the_pyfunc_and_serve_refuse_a_damaged_mlflow_model(tiny_trained, tmp_path, monkeypatch, caplog):
@@ -185,3 +199,28 @@ def test_the_pyfunc_and_serve_refuse_a_damaged_mlflow_model(tiny_trained, tmp_pa
     damage(weights, 0.8, min(200_000, weights.stat().st_size // 5))
     with pytest.raises(Exception, match="model.safetensors is not the file that was saved"):
         mlflow.pyfunc.load_model(str(torch_copy))  # the PyTorch pyfunc train logged
+
+
+@pytest.mark.slow
+def test_the_printed_repair_restores_a_damaged_export_in_a_dvc_project(tmp_path, tiny_random_bert):
+    """The pipeline's own models/export (the tiny model through `dvc repro export`), a file
+    changed in place: the `dvc checkout` the refusal prints, run as printed, from the project
+    (relative path) and from outside it (absolute path), restores a folder predict loads.
+    Without `--force` DVC refused a modified file ("Use `--force` to force")."""
+    repo = copy_repo(tmp_path / "repo")
+    write_params(repo / "params.yaml", tokenize={"max_length": 64}, model={"name": str(tiny_random_bert)},
+                 train={"epochs": 1, "batch_size": 8})
+    dvc(repo, "repro", "export")
+    tokenizer = repo / "models" / "export" / "tokenizer.json"
+    for cwd, folder in ((repo, "models/export"), (tmp_path, str(repo / "models" / "export"))):
+        damage(tokenizer, 0.5, 4096)
+        line = refused_in_one_line(subprocess.run([sys.executable, "-m", "textclf.predict", folder], input=TEXT,
+                                                  capture_output=True, text=True, timeout=300, cwd=cwd))
+        repair = [c for c in re.findall(r"`([^`]+)`", line) if "dvc checkout" in c]
+        assert len(repair) == 1, line
+        env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+        done = subprocess.run(repair[0], shell=True, cwd=cwd, capture_output=True, text=True, env=env)
+        assert done.returncode == 0, f"{repair[0]}: {done.stderr}"
+        restored = subprocess.run([sys.executable, "-m", "textclf.predict", folder], input=TEXT,
+                                  capture_output=True, text=True, timeout=300, cwd=cwd)
+        assert restored.returncode == 0 and restored.stdout.count("\n") == 1, restored.stderr[-2000:]

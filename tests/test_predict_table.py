@@ -157,3 +157,25 @@ def test_the_command_exits_1_with_one_line(tmp_path):
     assert proc.returncode == 1, proc.stderr
     assert proc.stderr.strip().splitlines() == [
         "--out: for tables only; add --table in.parquet, or leave them out to classify text files."]
+
+
+def test_an_interrupted_scoring_says_what_is_true(model, tmp_path):
+    """Issue 55: after SIGTERM predict said "rerun the same command (or `dvc repro`) to
+    resume"; scoring does not resume and no stage runs it. It says so, and writes nothing."""
+    import signal
+    import time
+
+    pd.DataFrame({"text": TEXTS * 4000}).to_parquet(tmp_path / "big.parquet")
+    proc = subprocess.Popen([sys.executable, "-m", "textclf.predict", model, "--table", "big.parquet",
+                             "--out", "preds.parquet", "--batch-size", "8"], cwd=tmp_path, env=venv_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for _ in range(1200):  # until scoring writes (atomic_path's temp file beside --out)
+        if list(tmp_path.glob(".preds.parquet.*")) or proc.poll() is not None:
+            break
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err[-2000:]
+    assert "interrupted by SIGTERM; predict keeps nothing of an interrupted run" in err, err[-2000:]
+    assert "dvc repro" not in err and "to resume" not in err
+    assert not (tmp_path / "preds.parquet").exists() and not list(tmp_path.glob(".preds.parquet.*"))

@@ -16,7 +16,7 @@ from textclf.tracking.registry import (SPLIT_HASH_PREFIX, SPLIT_TAG, best_versio
 from textclf.evaluate.metrics_file import read_metrics
 from textclf.severity import severity
 
-from conftest import REPO, free_port, run_baseline, run_evaluate, run_train, server, venv_env
+from conftest import REPO, free_port, run_baseline, run_evaluate, run_train, server, venv_env, write_params
 from test_serving import invoke
 
 PASS = {"guard.load_audit": "pass", "guard.collapse": "pass", SPLIT_TAG: "s1", "test_macro_f1": "0.8"}
@@ -291,3 +291,38 @@ def test_every_write_of_a_train_start_survives_a_training_making_it_at_the_same_
     assert (decision["version"], decision["champion"], decision["promoted"]) == (1, 1, True)
     assert {m: len(c) for m, c in calls.items()} == {"set_experiment_tag": 2, "set_tag": 2,
                                                      "set_registered_model_alias": 3, "create_experiment": 1}
+
+
+def test_the_champion_answers_as_params_yaml_says_after_serving_settings_change(prepared):
+    """Issue 55: coverage 0.8 (version 2, champion on a tie), back to 0.9: the same training's
+    version 1 came back as challenger, "champion stays at 2: test macro-F1 0.3803 < version
+    2's 0.3803", and models:/textclf@champion answered at 0.8. Of one training's versions the
+    last evaluated competes: each evaluate leaves the champion answering as params.yaml says."""
+    from textclf.inference.loading import load_predictor
+
+    tmp, p = prepared
+    run_baseline(p)
+    run_train(p)
+    decisions = []
+    for coverage in (0.9, 0.8, 0.9):
+        write_params(tmp / "params.yaml", serve={"format": "onnx", "coverage": coverage})
+        decisions.append(evaluate_run(p, tmp, {"load_audit": "pass", "optimizer_coverage": "pass",
+                                               "collapse": "pass"})["registry"])
+        champion = load_predictor("models:/textclf@champion")
+        assert champion.review is not None and champion.review.coverage == coverage, decisions[-1]
+    assert [(d["version"], d["champion"], d["promoted"]) for d in decisions] == \
+        [(1, 1, True), (2, 2, True), (1, 1, True)]
+    assert "the same training run as version 2 (the champion)" in decisions[-1]["reason"]
+    assert "<" not in decisions[-1]["reason"]
+
+
+def test_two_equal_scores_are_never_written_with_a_less_than_sign():
+    """A version that ties the champion's score loses on the tie rule, and says so."""
+    from textclf.tracking.registry import why
+    split = {SPLIT_TAG: SPLIT_HASH_PREFIX + "s1"}
+    best = v(3, test_macro_f1="0.380300", **split)
+    assert why(v(1, test_macro_f1="0.380300", **split), best, best, split[SPLIT_TAG]) == (
+        "test macro-F1 0.3803, equal to version 3's: a tie goes to the newer version, which stays "
+        "champion on this test split")
+    assert why(v(1, test_macro_f1="0.380298", **split), best, best, split[SPLIT_TAG]) == (
+        "test macro-F1 0.380298 < version 3's 0.380300 on this test split")

@@ -85,6 +85,20 @@ def test_pyfunc_matches_predictor_and_cli(trained, tmp_path):
     assert [line.split("\t")[1] for line in piped.stdout.splitlines()] == expected["label"].tolist()
 
 
+def test_the_signature_lists_every_column_the_model_returns(served):
+    """Issue 55: the logged signature listed label, probability and prob_* but not labels,
+    set_size and needs_review, which the model returns (what spark_udf and MLflow clients
+    read): name, order and type of each column, for the PyTorch and the served ONNX model."""
+    _, uri, _ = served
+    loaded = mlflow.pyfunc.load_model(uri)
+    got = loaded.predict(pd.DataFrame({"text": TEXTS}))
+    outputs = {c.name: c.type for c in loaded.metadata.get_output_schema().inputs}
+    assert {"labels", "set_size", "needs_review"} <= set(got.columns)
+    assert list(outputs) == list(got.columns)
+    assert repr(outputs["labels"]) == "Array(string)" and outputs["needs_review"].name == "boolean"
+    assert outputs["set_size"].name == "long" and outputs["label"].name == "string"
+
+
 def test_chunks_pyfunc_predictor_onnx_and_cli_pool_as_evaluate_did(tiny_chunked, tmp_path, monkeypatch, capsys):
     """A model trained with chunks (max pooling, conftest.tiny_chunked): the PyTorch and the
     ONNX pyfunc, both predictors and the predict CLI, given the test documents' texts, window

@@ -322,18 +322,22 @@ def expected(err: BaseException) -> bool:
     return isinstance(err, (UserError, OSError)) or _store_error(err)
 
 
-def run_stage(main: Callable[[], None]) -> None:
+RESUME = "rerun the same command (or `dvc repro`) to resume"  # a stage's: what to do once interrupted
+
+
+def run_stage(main: Callable[[], None], after_interrupt: str = RESUME) -> None:
     """Entry point of a stage script. An expected error is logged as one line, exit status 1,
     without a traceback (with it under TEXTCLF_DEBUG=1); anything else is a bug and raises
-    with its traceback. SIGINT/SIGTERM become Interrupted (exit 130/143); once main has
-    ended, a signal exits at once (_leave_now)."""
+    with its traceback. SIGINT/SIGTERM become Interrupted (exit 130/143), logged with
+    `after_interrupt` (what is true of this command: a tool DVC does not run says its own);
+    once main has ended, a signal exits at once (_leave_now)."""
     _on_signals(_on_signal)
     exit_with_parent()
     try:
         main()
     except BaseException as err:
         _on_signals(_leave_now)
-        sys.exit(_exit_status(err))
+        sys.exit(_exit_status(err, after_interrupt))
     _on_signals(_leave_now)
 
 
@@ -342,14 +346,14 @@ def _on_signals(handler) -> None:
     signal.signal(signal.SIGINT, handler)
 
 
-def _exit_status(err: BaseException) -> int:
+def _exit_status(err: BaseException, after_interrupt: str = RESUME) -> int:
     """Log what ended a stage in one line and return its exit status; re-raise a bug (and a
     SystemExit of main's own, argparse's for one)."""
     if isinstance(err, Interrupted):
         # a rank stopped by its launcher (torchrun's SIGTERM after another rank failed, or the
         # user's signal passed on) only warns: the launcher says the run's one error line
         say = log.warning if os.environ.get(LAUNCH_ID) else log.error
-        say("interrupted by %s; rerun the same command (or `dvc repro`) to resume", err)
+        say("interrupted by %s; %s", err, after_interrupt)
         return 128 + err.signum
     if not isinstance(err, Exception) or not expected(err):
         raise err

@@ -116,5 +116,9 @@ def main(argv: list[str] | None = None) -> None:
         sys.stdout.write(f"{source}\t{label}\t{prob:.4f}{extra}\n")
 
 
+# Scoring keeps nothing of an interrupted run and no pipeline stage runs it: it starts over.
+INTERRUPTED = ("predict keeps nothing of an interrupted run (--out is written whole or not at all; "
+               "scoring does not resume): rerun the same command to score from the start")
+
 if __name__ == "__main__":
-    run_stage(main)
+    run_stage(main, INTERRUPTED)

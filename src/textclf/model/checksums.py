@@ -40,16 +40,41 @@ def write_checksums(folder: str | Path) -> None:
 
 def how_to_restore(folder: Path, exported: bool) -> str:
     """What a user does about a damaged folder: a logged MLflow model's copy (its MLmodel sits
-    above the artifact folder) is fetched again; a pipeline output is restored or rebuilt."""
-    if any((up / "MLmodel").is_file() for up in folder.resolve().parents[:2]):
+    above the artifact folder) is fetched again; a pipeline output is restored or rebuilt, by
+    commands that run as printed: `--force`, as DVC will not overwrite a changed file without
+    it, and from the project's root when this process runs outside the project."""
+    resolved = folder.resolve()
+    if any((up / "MLmodel").is_file() for up in resolved.parents[:2]):
         return ("download the MLflow model again (delete this copy); if the tracking store's copy "
                 "is damaged too, train and log a new one (`dvc repro -f train`)")
-    if not any((up / ".dvc").is_dir() for up in folder.resolve().parents):
+    root = next((up for up in resolved.parents if (up / ".dvc").is_dir()), None)
+    if root is None:
         return ("this folder is not in a DVC project, so DVC cannot restore it: copy it again from "
                 "where it came from (or log the model to MLflow and use its URI)")
+    if not _dvc_tracked(root, resolved.relative_to(root)):
+        return (f"DVC does not track this folder ({root}'s dvc.lock has no such output), so it cannot "
+                "restore it: copy it again from where it came from (models/export, models/model)")
+    cwd = Path.cwd().resolve()
+    cd, target = ("", folder) if cwd == root or root in cwd.parents else \
+        (f"cd {root} && ", resolved.relative_to(root))
     if exported:
-        return f"rerun `dvc repro export`, or restore the saved one with `dvc checkout {folder}`"
-    return f"restore it with `dvc checkout {folder}`, or retrain it with `dvc repro train`"
+        return (f"rerun `{cd}dvc repro export`, or restore the saved one with "
+                f"`{cd}dvc checkout --force {target}`")
+    return f"restore it with `{cd}dvc checkout --force {target}`, or retrain it with `{cd}dvc repro train`"
+
+
+def _dvc_tracked(root: Path, rel: Path) -> bool:
+    """Is `rel` (a folder under the DVC project `root`) an output, or inside one, of a stage
+    in dvc.lock or of a .dvc file: what `dvc checkout` restores."""
+    import yaml  # here: a verified load never reads it
+
+    try:
+        stages = (yaml.safe_load((root / "dvc.lock").read_text()) or {}).get("stages", {})
+    except (OSError, yaml.YAMLError, AttributeError):
+        stages = {}
+    outs = {PurePosixPath(o["path"]) for s in stages.values() for o in s.get("outs", [])}
+    here = PurePosixPath(rel.as_posix())
+    return any(p in outs or (root / f"{p}.dvc").is_file() for p in [here, *here.parents][:-1])
 
 
 def _saved(folder: Path) -> tuple[str, list[tuple[str, int, str]]]:
@@ -84,7 +109,8 @@ def verify_folder(folder: str | Path, names: Iterable[str] | None = None) -> Non
                         "cannot be verified; saving it again (train or export) adds one", folder, CHECKSUM_FILE)
         return
     algorithm, listed = _saved(folder)
-    fix = how_to_restore(folder, any(name == EXPORT_FILE for name, _, _ in listed))
+    def fix() -> str:  # only for a refusal: it may read the project's dvc.lock
+        return how_to_restore(folder, any(name == EXPORT_FILE for name, _, _ in listed))
     asked = {name for name, _, _ in listed} if names is None else set(names)
     if names is None:  # the whole folder is loaded: a file a loader would read, listed or refused
         asked |= {p.name for p in folder.iterdir() if p.is_file() and p.suffix in LOADER_SUFFIXES
@@ -93,17 +119,17 @@ def verify_folder(folder: str | Path, names: Iterable[str] | None = None) -> Non
         if (folder / name).exists():
             raise UserError(f"{folder / name} is not among the files {CHECKSUM_FILE} lists (it came "
                             f"after the folder was saved, and loading would read it): remove it; "
-                            f"else {fix}.")
+                            f"else {fix()}.")
     wanted = [entry for entry in listed if entry[0] in asked]
     for name, size, _ in wanted:  # the sizes first: a missing or cut-short file reads nothing
         path = folder / name
         if not path.is_file():
             raise UserError(f"{path} is missing ({CHECKSUM_FILE} lists it): the model folder is "
-                            f"incomplete; {fix}.")
+                            f"incomplete; {fix()}.")
         if path.stat().st_size != size:
             raise UserError(f"{path} has {path.stat().st_size} bytes, {size} were saved: the model "
-                            f"folder is damaged; {fix}.")
+                            f"folder is damaged; {fix()}.")
     for name, _, digest in wanted:
         if file_digest(folder / name, algorithm) != digest:
             raise UserError(f"{folder / name} is not the file that was saved (its {algorithm} differs "
-                            f"from {CHECKSUM_FILE}'s): the model folder is damaged; {fix}.")
+                            f"from {CHECKSUM_FILE}'s): the model folder is damaged; {fix()}.")

@@ -6,7 +6,10 @@ scores both models on common documents (evaluate.champion). Every move of `champ
 kept on the registered model (HISTORY_TAG) and on the version it moved to. A version whose
 silent_class guard warned (classes it never recalls on validation) may become champion (a
 warning, not an alarm; macro-F1, the gate's score, counts each such class as 0), but never
-without a word: the decision's reason and log line name its silent classes.
+without a word: the decision's reason and log line name its silent classes. Of one training
+run's versions (the same model logged again with other serving settings: serve.format,
+coverage, review_below) only the last evaluated competes: it answers as params.yaml now says,
+and takes the champion's place when the champion is that run.
 
     python -m textclf.predict models:/textclf@champion article.txt
     mlflow models serve -m models:/textclf@champion --env-manager local
@@ -35,6 +38,7 @@ SPLIT_HASH_PREFIX = "labels-md5:"
 MAX_ROUNDS = 20
 HISTORY_TAG, HISTORY_KEPT, WHY_CHARS = "champion_history", 20, 240
 SILENT_TAG, SILENT_NAMED = "silent_classes", 10  # a JSON list; the decision names the first 10
+EVALUATED_TAG = "evaluated_at"  # when an evaluate last registered or refreshed the version (unix seconds)
 
 
 def split_hash(documents) -> str:
@@ -51,11 +55,25 @@ def alarms(tags: dict[str, str]) -> list[str]:
                          ALARM)
 
 
+def _latest_of_each_run(versions: list[dict]) -> list[dict]:
+    """Of the versions of one training run ("run_id"), the last evaluated (EVALUATED_TAG,
+    then the version number): the others are the same model with earlier serving settings."""
+    def when(v: dict) -> tuple[float, int]:
+        return float(v.get(EVALUATED_TAG) or 0), int(v["version"])
+    latest: dict[str, dict] = {}
+    for v in versions:
+        key = v.get("run_id") or f"version {v['version']}"
+        if key not in latest or when(v) > when(latest[key]):
+            latest[key] = v
+    return list(latest.values())
+
+
 def best_version(versions: list[dict], test_split: str) -> dict | None:
-    """The champion by definition: of the versions (tags plus "version") tested on this
-    split and free of guard alarms, the highest test macro-F1; a tie goes to the newest."""
-    eligible = [v for v in versions if v.get(SPLIT_TAG) == test_split and "test_macro_f1" in v
-                and not alarms(v)]
+    """The champion by definition: of the versions (tags plus "version" and "run_id") tested
+    on this split and free of guard alarms, the last evaluated of each training run, the
+    highest test macro-F1; a tie goes to the newest version."""
+    eligible = [v for v in _latest_of_each_run(versions) if v.get(SPLIT_TAG) == test_split
+                and "test_macro_f1" in v and not alarms(v)]
     return max(eligible, key=lambda v: (float(v["test_macro_f1"]), int(v["version"])), default=None)
 
 
@@ -123,7 +141,8 @@ def _record_move(client: MlflowClient, name: str, old: dict | None, new: dict, w
 
 
 def _versions(client: MlflowClient, name: str) -> list[dict]:
-    return [{**mv.tags, "version": mv.version} for mv in client.search_model_versions(f"name = '{name}'")]
+    return [{**mv.tags, "version": mv.version, "run_id": mv.run_id}
+            for mv in client.search_model_versions(f"name = '{name}'")]
 
 
 def settle_champion(client: MlflowClient, name: str, test_split: str) -> dict | None:
@@ -157,11 +176,18 @@ def why(version: dict, best: dict | None, champion: dict | None, test_split: str
         return f"guard alarms: {', '.join(alarms(version))}"
     if best is None:
         return "no eligible version on this test split"
-    f1 = float(version["test_macro_f1"])
+    f1, top = float(version["test_macro_f1"]), float(best["test_macro_f1"])
     if best["version"] == version["version"]:
+        if champion is not None and champion["version"] != version["version"] and \
+                champion.get("run_id") == version.get("run_id"):
+            return (f"the same training run as version {champion['version']} (the champion), evaluated "
+                    "again with other serving settings (serve.*): it takes its place")
         return f"test macro-F1 {f1:.4f}: the best of the eligible versions on this test split"
-    return (f"test macro-F1 {f1:.4f} < version {best['version']}'s {float(best['test_macro_f1']):.4f} "
-            "on this test split")
+    if f1 == top:
+        return (f"test macro-F1 {f1:.4f}, equal to version {best['version']}'s: a tie goes to the newer "
+                "version, which stays champion on this test split")
+    digits = 4 if f"{f1:.4f}" != f"{top:.4f}" else 6  # never "<" between two equal figures
+    return f"test macro-F1 {f1:.{digits}f} < version {best['version']}'s {top:.{digits}f} on this test split"
 
 
 def add_version(run: dict, name: str, tags: dict[str, str]) -> tuple[MlflowClient, str]:
@@ -172,6 +198,7 @@ def add_version(run: dict, name: str, tags: dict[str, str]) -> tuple[MlflowClien
     client = MlflowClient(run["tracking_uri"])
     existing = [v for v in client.search_model_versions(f"name = '{name}' and run_id = '{run['run_id']}'")
                 if v.source == run["model_uri"]]
+    tags = {**tags, EVALUATED_TAG: f"{time.time():.6f}"}  # this run's settings are now these
     if existing:
         version = existing[0].version
         for key, value in tags.items():
@@ -215,7 +242,7 @@ def register(run: dict, name: str, tags: dict[str, str], challenge: Judge | None
         reason, comparison = _across_splits(client, name, version, tags, champion, challenge)
     else:
         best = settle_champion(client, name, split)
-        reason = why({**tags, "version": version}, best, champion, split)
+        reason = why({**tags, "version": version, "run_id": run["run_id"]}, best, champion, split)
     silent = silent_note(tags)
     reason += f"; {silent}" if silent else ""
     current = _champion(client, name)
