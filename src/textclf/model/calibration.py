@@ -8,7 +8,9 @@ model and the export stage for each ONNX format (textclf.model.temperature, scip
   validation documents' scores, sorted, are saved with the model; a coverage 1 - alpha is
   then the ceil((n + 1)(1 - alpha))-th smallest score q, and a document's set every label
   with p >= 1 - q. On exchangeable data the set holds the true label with probability at
-  least 1 - alpha (tests/test_calibration.py checks it against crepes).
+  least 1 - alpha (tests/test_calibration.py checks it against crepes). Fewer than
+  needed_documents scores have no such q: every label is in the set (crepes' infinite
+  threshold) and every answer needs_review (docs/few_shot.md).
 """
 from __future__ import annotations
 
@@ -52,14 +54,31 @@ def needed_documents(coverage: float) -> int:
     return math.ceil(coverage / (1 - coverage) - 1e-9)
 
 
-def conformal_threshold(scores: np.ndarray, coverage: float) -> float:
-    """The ceil((n + 1) * coverage)-th smallest of n validation scores."""
+def largest_coverage(n: int) -> float:
+    """The largest serve.coverage (two decimals, rounded down) n calibration documents give a
+    finite threshold: n / (n + 1)."""
+    return math.floor(100 * n / (n + 1) + 1e-9) / 100
+
+
+def too_few(n: int, coverage: float, where: str = "the model was calibrated on") -> str | None:
+    """The one line for n validation documents too few for `coverage` (None: enough): what
+    the sets become and what works instead (split.fractions.validation, or a lower coverage)."""
+    needed = needed_documents(coverage)
+    if n >= needed:
+        return None
+    return (f"serve.coverage={coverage} needs at least {needed} validation documents for prediction sets it can "
+            f"guarantee, and {where} {n}: every class is in every set and every answer needs_review; "
+            f"serve.coverage {largest_coverage(n)} or lower works on {n}, or give validation {needed} documents "
+            "(split.fractions.validation)")
+
+
+def conformal_threshold(scores: np.ndarray, coverage: float) -> float | None:
+    """The ceil((n + 1) * coverage)-th smallest of n validation scores; None where n is too
+    few for that (no finite threshold: every label belongs in the set, as crepes answers)."""
     n = len(scores)
     k = math.ceil((n + 1) * coverage - 1e-9)
     if k > n:
-        raise UserError(f"serve.coverage={coverage} needs at least {needed_documents(coverage)} validation "
-                        f"documents for its prediction sets, and the model was calibrated on {n}: lower "
-                        "serve.coverage, or give validation more documents (split.validation).")
+        return None
     return float(np.sort(scores)[k - 1])
 
 
@@ -118,10 +137,13 @@ class Review:
     model's: its label set's) below `review_below`."""
     coverage: float | None  # None: no sets, the flag from the probability alone
     review_below: float
-    cut: float | None = None  # 1 - the conformal threshold
+    cut: float | None = None  # 1 - the conformal threshold; 0: every label (validation too small)
+    unguaranteed: str | None = None  # too_few's line: the coverage has no threshold, every answer is flagged
 
     def flags(self, probability: np.ndarray, set_size: np.ndarray | None) -> np.ndarray:
         flagged = np.asarray(probability) < self.review_below
+        if self.unguaranteed:
+            return np.ones_like(flagged)
         return flagged if set_size is None else flagged | (set_size != 1)
 
     def sets(self, probs: np.ndarray) -> np.ndarray:
@@ -149,5 +171,9 @@ def review_for(calibration: Calibration | None, coverage: float | None, review_b
         if coverage is not None:
             log.warning("%s has no calibration: no prediction sets at serve.coverage=%s", where, coverage)
         return Review(coverage=None, review_below=review_below)
-    return Review(coverage=coverage, review_below=review_below,
-                  cut=1.0 - conformal_threshold(np.asarray(calibration.scores), coverage))
+    threshold = conformal_threshold(np.asarray(calibration.scores), coverage)
+    if threshold is None:  # no finite threshold: every label in every set, every answer flagged
+        line = too_few(len(calibration.scores), coverage, f"{where} was calibrated on")
+        log.warning("%s", line)
+        return Review(coverage=coverage, review_below=review_below, cut=0.0, unguaranteed=line)
+    return Review(coverage=coverage, review_below=review_below, cut=1.0 - threshold)
