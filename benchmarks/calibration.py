@@ -123,7 +123,8 @@ def coverage_row(probs: np.ndarray, y: np.ndarray, calibration, coverage: float)
     documents, mean size; a validation split too small for it says so."""
     from scipy.stats import binom
 
-    from textclf.model.calibration import needed_documents, review_for
+    from textclf.coverage import needed_documents
+    from textclf.model.calibration import review_for
     review = review_for(calibration, coverage, 0.0, "benchmark")
     if review.unguaranteed:  # every class in every set: nothing to measure
         return {"note": f"validation too small (needs {needed_documents(coverage)}, "

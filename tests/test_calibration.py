@@ -21,8 +21,8 @@ from textclf.config import ServeParams
 from textclf.inference.loading import load_predictor
 from textclf.inference.onnx_predictor import OnnxPredictor
 from textclf.inference.predictor import Predictor
-from textclf.model.calibration import (CALIBRATION_FILE, conformal_threshold, lac_scores, largest_coverage,
-                                       needed_documents, review_for, softmax_t, too_few)
+from textclf.coverage import largest_coverage, needed_documents, too_few
+from textclf.model.calibration import CALIBRATION_FILE, conformal_threshold, lac_scores, review_for, softmax_t
 from textclf.model.checksums import write_checksums
 from textclf.model.temperature import fit, fit_temperature
 

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from textclf.common import UserError
+from textclf.coverage import too_few
 
 log = logging.getLogger(__name__)
 
@@ -46,30 +47,6 @@ def nll(probs: np.ndarray, y: np.ndarray) -> float:
 def lac_scores(probs: np.ndarray, y: np.ndarray) -> np.ndarray:
     """(N,) conformity scores: 1 - the probability of each document's given class."""
     return 1.0 - probs[np.arange(len(y)), y]
-
-
-def needed_documents(coverage: float) -> int:
-    """The fewest calibration documents for which a coverage has a finite threshold:
-    ceil((n + 1) * coverage) <= n."""
-    return math.ceil(coverage / (1 - coverage) - 1e-9)
-
-
-def largest_coverage(n: int) -> float:
-    """The largest serve.coverage (two decimals, rounded down) n calibration documents give a
-    finite threshold: n / (n + 1)."""
-    return math.floor(100 * n / (n + 1) + 1e-9) / 100
-
-
-def too_few(n: int, coverage: float, where: str = "the model was calibrated on") -> str | None:
-    """The one line for n validation documents too few for `coverage` (None: enough): what
-    the sets become and what works instead (split.fractions.validation, or a lower coverage)."""
-    needed = needed_documents(coverage)
-    if n >= needed:
-        return None
-    return (f"serve.coverage={coverage} needs at least {needed} validation documents for prediction sets it can "
-            f"guarantee, and {where} {n}: every class is in every set and every answer needs_review; "
-            f"serve.coverage {largest_coverage(n)} or lower works on {n}, or give validation {needed} documents "
-            "(split.fractions.validation)")
 
 
 def conformal_threshold(scores: np.ndarray, coverage: float) -> float | None:
@@ -173,7 +150,7 @@ def review_for(calibration: Calibration | None, coverage: float | None, review_b
         return Review(coverage=None, review_below=review_below)
     threshold = conformal_threshold(np.asarray(calibration.scores), coverage)
     if threshold is None:  # no finite threshold: every label in every set, every answer flagged
-        line = too_few(len(calibration.scores), coverage, f"{where} was calibrated on")
+        line = too_few(len(calibration.scores), coverage, where)
         log.warning("%s", line)
         return Review(coverage=coverage, review_below=review_below, cut=0.0, unguaranteed=line)
     return Review(coverage=coverage, review_below=review_below, cut=1.0 - threshold)
