@@ -27,6 +27,7 @@ from textclf.inference.frames import PROB_PREFIX, SAME_ANSWER_ATOL
 from textclf.common import UserError
 from textclf.inference.loading import folder_predictor, load_predictor
 from textclf.inference.serving import check_review, log_pyfunc
+from textclf.model import calibration
 from textclf.model.export import format_folder
 from textclf.model.exported import read_export
 from textclf.spark import __main__ as spark_cli
@@ -263,8 +264,10 @@ def every_class_flagged(frame: pd.DataFrame, labels: list[str], what: str) -> No
     assert (frame["set_size"].astype(int) == len(labels)).all() and frame["needs_review"].astype(bool).all(), what
 
 
-def test_too_few_validation_documents_give_every_class_and_a_flag_on_every_path(too_few, tmp_path, caplog):
+def test_too_few_validation_documents_give_every_class_and_a_flag_on_every_path(too_few, tmp_path, caplog,
+                                                                              monkeypatch):
     """The folder, the logged pyfunc, `python -m textclf.predict`, --table and REST: one answer."""
+    monkeypatch.setattr(calibration, "SAID", set())  # said once a process: this test's first load says it
     with caplog.at_level("WARNING"):
         expected = alone(too_few)
     assert "needs at least 19 validation documents" in caplog.text and "every answer needs_review" in caplog.text

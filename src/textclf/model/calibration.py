@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 
 CALIBRATION_FILE = "calibration.json"
 TINY = 1e-12  # log(0) guard: a float32 softmax can round a probability to 0
+SAID: set[tuple[int, float]] = set()  # (documents, coverage) whose too_few line was logged (warn_once)
 
 
 def softmax_t(probs: np.ndarray, temperature: float) -> np.ndarray:
@@ -131,6 +132,14 @@ class Review:
         return {"coverage": self.coverage, "review_below": self.review_below}
 
 
+def warn_once(n: int, coverage: float, line: str | None) -> None:
+    """too_few's line once a process per (documents, coverage): evaluate and train load the
+    same calibration in several formats and copies."""
+    if (n, coverage) not in SAID:
+        SAID.add((n, coverage))
+        log.warning("%s", line)
+
+
 def review_for(calibration: Calibration | None, coverage: float | None, review_below: float,
                where: str, multilabel: bool = False) -> Review:
     """serve.coverage and serve.review_below for a model with `calibration` (None: one saved
@@ -151,6 +160,6 @@ def review_for(calibration: Calibration | None, coverage: float | None, review_b
     threshold = conformal_threshold(np.asarray(calibration.scores), coverage)
     if threshold is None:  # no finite threshold: every label in every set, every answer flagged
         line = too_few(len(calibration.scores), coverage, where)
-        log.warning("%s", line)
+        warn_once(len(calibration.scores), coverage, line)
         return Review(coverage=coverage, review_below=review_below, cut=0.0, unguaranteed=line)
     return Review(coverage=coverage, review_below=review_below, cut=1.0 - threshold)
