@@ -47,14 +47,17 @@ def few_shot(tmp_path_factory) -> tuple[Path, str]:
 
 def test_finetune_on_8_documents_a_class_runs_to_the_end_with_honest_sets(few_shot):
     repo, out = few_shot
-    validation = int((pd.read_parquet(repo / "data/processed/splits.parquet")["split"] == "validation").sum())
+    splits = pd.read_parquet(repo / "data/processed/splits.parquet")["split"]
+    validation = int((splits == "validation").sum())
     assert validation < 9  # what this test is about: too few for serve.coverage 0.9
     said = re.search(rf"validation holds {validation} documents and serve.coverage=0.9 needs at least 9 .*"
                      r"split\.fractions\.validation: 0\.\d\d", out)
     assert said and said.start() < out.index("Running stage 'train'"), out[-6000:]  # before training
     metrics = json.loads((repo / "reports/metrics.json").read_text())
-    assert metrics["n_test"] >= 5 and 0.0 <= metrics["macro_f1"] <= metrics["accuracy"] + 1e-9 <= 1.0 + 1e-9
-    assert metrics["accuracy"] > 0.2  # chance is 0.2: 8 documents a class still teach the encoder something
+    # 1 epoch on about 27 documents is near chance (0.29 on 2026-12-06): the figures exist, not their level
+    assert metrics["n_test"] == int((splits == "test").sum()) and metrics["classes"]["count"] == 5
+    assert 0 <= metrics["macro_f1"] <= 1 and 0 <= metrics["accuracy"] <= 1 and 0 <= metrics["baseline"]["accuracy"] <= 1
+    assert metrics["comparison"]["verdict"] and metrics["guards"]["load_audit"] == "pass"
     sets = metrics["sets"]
     assert "needs at least 9 validation documents" in sets["unguaranteed"] and "\n" not in sets["unguaranteed"]
     assert sets["mean_size"] == 5 and sets["coverage"] == 1.0
