@@ -120,14 +120,13 @@ def test_split(work: Path, seed: int) -> tuple[list[str], list[str]]:
 
 def coverage_row(probs: np.ndarray, y: np.ndarray, calibration, coverage: float) -> dict:
     """The sets at `coverage` on test: empirical coverage, its binomial 95 % interval for n
-    documents, mean size; a validation split too small for it says so (the stage's refusal)."""
+    documents, mean size; a validation split too small for it says so."""
     from scipy.stats import binom
 
-    from textclf.common import UserError
-    from textclf.model.calibration import needed_documents, review_for
-    try:
-        review = review_for(calibration, coverage, 0.0, "benchmark")
-    except UserError:
+    from textclf.coverage import needed_documents
+    from textclf.model.calibration import review_for
+    review = review_for(calibration, coverage, 0.0, "benchmark")
+    if review.unguaranteed:  # every class in every set: nothing to measure
         return {"note": f"validation too small (needs {needed_documents(coverage)}, "
                         f"has {len(calibration.scores)})"}
     member = review.sets(probs)  # (N, C)
@@ -141,11 +140,9 @@ def coverage_row(probs: np.ndarray, y: np.ndarray, calibration, coverage: float)
 def review_row(probs: np.ndarray, y: np.ndarray, calibration, coverage: float, review_below: float) -> dict:
     """needs_review as served (sets at `coverage`, top probability below review_below): the
     share flagged and the accuracy on the documents answered."""
-    from textclf.common import UserError
     from textclf.model.calibration import review_for
-    try:
-        review = review_for(calibration, coverage, review_below, "benchmark")
-    except UserError:
+    review = review_for(calibration, coverage, review_below, "benchmark")
+    if review.unguaranteed:
         return {"review_note": f"no sets at {coverage}"}
     size = review.sets(probs).sum(axis=1)
     flagged = review.flags(probs.max(axis=1), size)

@@ -1,5 +1,6 @@
 import json
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -80,3 +81,20 @@ def test_the_stage_switches_to_hashing_past_hashing_from(prepared, caplog):
     pred = pd.read_parquet(tmp / "bp.parquet")
     assert pred.filter(like="prob_").sum(axis=1).round(6).eq(1).all()
     assert len(pred) == (pd.read_parquet(tmp / "sp.parquet")["split"] == "test").sum()
+
+
+@pytest.mark.parametrize("min_df, says", [(30, r"baseline.min_df=30 keeps n-grams found in at least 30 documents, "
+                                                r"and the baseline is fitted on 6: lower baseline.min_df"),
+                                          (4, r"baseline.min_df=4: no n-gram is in 4 of the 6 documents")])
+def test_a_min_df_a_small_corpus_cannot_meet_is_one_line(min_df, says):
+    """scikit-learn's ValueError ("max_df corresponds to < documents than min_df", "no terms
+    remain") reached a small corpus's user as a traceback, at the baseline and labels stages."""
+    from textclf.common import UserError
+    from textclf.evaluate.baseline import fit_baseline
+    from textclf.evaluate.baseline_multilabel import fit_sets
+
+    texts = ["alpha beta", "gamma delta", "epsilon zeta", "eta theta", "iota kappa", "lambda mu"]
+    with pytest.raises(UserError, match=says):
+        fit_baseline(texts, np.array(list("ababab")), BaselineParams(min_df=min_df))
+    with pytest.raises(UserError, match=says):
+        fit_sets(texts, np.eye(2, dtype=int)[[0, 1, 0, 1, 0, 1]], BaselineParams(min_df=min_df), "none")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import re
 import shutil
 
 import mlflow
@@ -20,8 +21,8 @@ from textclf.config import ServeParams
 from textclf.inference.loading import load_predictor
 from textclf.inference.onnx_predictor import OnnxPredictor
 from textclf.inference.predictor import Predictor
-from textclf.model.calibration import (CALIBRATION_FILE, conformal_threshold, lac_scores, needed_documents,
-                                       review_for, softmax_t)
+from textclf.coverage import largest_coverage, needed_documents, too_few
+from textclf.model.calibration import CALIBRATION_FILE, conformal_threshold, lac_scores, review_for, softmax_t
 from textclf.model.checksums import write_checksums
 from textclf.model.temperature import fit, fit_temperature
 
@@ -95,9 +96,35 @@ def test_the_sets_are_crepes_sets_on_the_same_scores():
 
 def test_a_validation_split_too_small_for_the_coverage_is_one_line():
     assert needed_documents(0.9) == 9 and needed_documents(0.95) == 19
-    conformal_threshold(np.linspace(0, 1, 9), 0.9)  # enough
-    with pytest.raises(UserError, match=r"serve.coverage=0.95 needs at least 19 validation documents .* on 9"):
-        conformal_threshold(np.linspace(0, 1, 9), 0.95)
+    assert conformal_threshold(np.linspace(0, 1, 9), 0.9) is not None  # enough
+    assert conformal_threshold(np.linspace(0, 1, 9), 0.95) is None
+    line = too_few(6, 0.9)
+    assert line is not None and "\n" not in line and too_few(9, 0.9) is None
+    assert re.search(r"serve.coverage=0.9 needs at least 9 validation documents .* on 6: every class is in every "
+                     r"set and every answer needs_review; serve.coverage 0.85 or lower works on 6, or give "
+                     r"validation 9 documents \(split.fractions.validation\)", line), line
+    for n in range(1, 60):  # the coverage it names works on n documents, and a point above it does not
+        assert conformal_threshold(np.linspace(0, 1, n), largest_coverage(n)) is not None
+        assert conformal_threshold(np.linspace(0, 1, n), largest_coverage(n) + 0.01) is None
+
+
+def test_too_few_validation_documents_give_every_class_as_crepes_does():
+    """6 validation scores at 0.9 (issue 54): crepes 0.9.1 puts every class in every set; so
+    does review_for, and it flags every answer, whatever its probability."""
+    from crepes import ConformalClassifier
+    from crepes.extras import hinge
+
+    probs, y = synthetic(56, 5, seed=3)
+    cal, test = probs[:6], probs[6:]
+    crepes = ConformalClassifier().fit(hinge(cal, np.arange(5), y[:6]))
+    theirs = crepes.predict_set(hinge(test), confidence=0.9, smoothing=False).astype(bool)  # (N, C)
+    calibration = fit(cal, y[:6]).__class__(temperature=1.0, scores=sorted(lac_scores(cal, y[:6])),
+                                            nll_before=0, nll_after=0)
+    review = review_for(calibration, 0.9, 0.0, "models/export")
+    assert theirs.all() and (review.sets(test) == theirs).all()
+    assert review.unguaranteed and "models/export was calibrated on 6" in review.unguaranteed
+    assert review.flags(test.max(axis=1), review.sets(test).sum(axis=1)).all()
+    assert review_for(calibration, 0.85, 0.0, "x").unguaranteed is None  # the coverage the line names
 
 
 @pytest.mark.parametrize("coverage", [0.0, 1.0, 1.5, -0.1])

@@ -27,6 +27,7 @@ from textclf.inference.frames import PROB_PREFIX, SAME_ANSWER_ATOL
 from textclf.common import UserError
 from textclf.inference.loading import folder_predictor, load_predictor
 from textclf.inference.serving import check_review, log_pyfunc
+from textclf.model import calibration
 from textclf.model.export import format_folder
 from textclf.model.exported import read_export
 from textclf.spark import __main__ as spark_cli
@@ -233,3 +234,74 @@ def test_the_folders_review_wins_and_a_disagreeing_one_is_refused(served, tiny_t
         check_review(served.folder, other)
     with pytest.raises(UserError, match="records the review"):
         log_pyfunc(tiny_trained[0] / "model", TEXTS[:1], served.folder, review=other)
+
+
+TOO_FEW = {"coverage": 0.95, "review_below": 0.0}  # 19 validation documents needed; the tiny split has fewer
+
+
+@pytest.fixture(scope="module")
+def too_few(tmp_path_factory, tiny_trained) -> Served:
+    """The tiny model exported (ONNX float32) at serve.coverage 0.95, more than its validation
+    split guarantees (issue 54), and logged as evaluate logs it."""
+    trained = tiny_trained[0]
+    assert (pd.read_parquet(trained / "sp.parquet")["split"] == "validation").sum() < 19
+    tmp = tmp_path_factory.mktemp("too-few")
+    params = write_params(tmp / "params.yaml", serve={"format": "onnx", **TOO_FEW})
+    export.main(["--params", str(params), "--tokens", str(trained / "t.parquet"), "--splits", str(trained / "sp.parquet"),
+                 "--model-dir", str(trained / "model"), "--out", str(tmp / "export")])
+    mlflow.set_tracking_uri(f"sqlite:///{tmp / 'mlflow.db'}")  # conftest restores it after the test
+    with mlflow.start_run():
+        uri = log_pyfunc(trained / "model", TEXTS[:3], format_folder(tmp / "export", "onnx", tmp / "logged"),
+                         review=TOO_FEW).model_uri
+    local = mlflow.artifacts.download_artifacts(uri, dst_path=str(tmp / "local"))
+    return Served("onnx", TOO_FEW, tmp / "export", [], local)
+
+
+def every_class_flagged(frame: pd.DataFrame, labels: list[str], what: str) -> None:
+    """No threshold can be guaranteed: every class in every set, every text needs_review (even
+    at review_below 0, which alone flags none)."""
+    assert all(sorted(s) == sorted(labels) for s in frame["labels"]), what
+    assert (frame["set_size"].astype(int) == len(labels)).all() and frame["needs_review"].astype(bool).all(), what
+
+
+def test_too_few_validation_documents_give_every_class_and_a_flag_on_every_path(too_few, tmp_path, caplog,
+                                                                              monkeypatch):
+    """The folder, the logged pyfunc, `python -m textclf.predict`, --table and REST: one answer."""
+    monkeypatch.setattr(calibration, "SAID", set())  # said once a process: this test's first load says it
+    with caplog.at_level("WARNING"):
+        expected = alone(too_few)
+    assert "needs at least 19 validation documents" in caplog.text and "every answer needs_review" in caplog.text
+    labels = load_predictor(too_few.uri).labels
+    every_class_flagged(expected, labels, "alone")
+    assert_same(load_predictor(str(too_few.folder)).predict(TEXTS), expected, "the export folder")
+    assert_same(mlflow.pyfunc.load_model(too_few.uri).predict(pd.DataFrame({"text": TEXTS})), expected, "the pyfunc")
+    files = []
+    for i, text in enumerate(TEXTS):
+        files.append(str(tmp_path / f"{i}.txt"))
+        Path(files[-1]).write_text(text, encoding="utf-8")
+    cli = subprocess.run([sys.executable, "-m", "textclf.predict", str(too_few.folder), *files],
+                         capture_output=True, text=True, cwd=tmp_path)
+    assert cli.returncode == 0 and "Traceback" not in cli.stderr, cli.stderr[-3000:]
+    assert_same(printed(cli.stdout), expected[[*COLUMNS]], "predict", atol=5e-5 + SAME_ANSWER_ATOL)
+    pd.DataFrame({"text": TEXTS}).to_parquet(tmp_path / "in.parquet")
+    predict.main([too_few.uri, "--table", str(tmp_path / "in.parquet"), "--out", str(tmp_path / "out.parquet")])
+    assert_same(pd.read_parquet(tmp_path / "out.parquet"), expected, "--table")
+    url = f"http://127.0.0.1:{free_port()}"
+    cmd = [sys.executable, "-m", "mlflow", "models", "serve", "-m", too_few.uri, "-h", "127.0.0.1",
+           "-p", url.rsplit(":", 1)[1], "--env-manager", "local"]
+    with server(cmd, tmp_path, f"{url}/ping", tmp_path / "serve.log"):
+        status, answer = invoke(url, TEXTS)
+    assert status == 200
+    assert_same(pd.DataFrame(answer["predictions"]), expected, "REST")
+
+
+@pytest.mark.slow
+@needs_spark
+def test_too_few_validation_documents_give_spark_the_same_answer(too_few, tmp_path):
+    expected = alone(too_few)
+    pd.DataFrame({"id": range(len(TEXTS)), "text": TEXTS}).to_parquet(tmp_path / "in.parquet")
+    spark_cli.main([too_few.uri, str(tmp_path / "in.parquet"), "--out", str(tmp_path / "spark"),
+                    "--master", "local[2]", "--id-column", "id"])
+    table = pd.read_parquet(tmp_path / "spark").sort_values("id")
+    every_class_flagged(table, load_predictor(too_few.uri).labels, "Spark")
+    assert_same(table, expected, "Spark")

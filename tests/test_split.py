@@ -1,7 +1,10 @@
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
 
+from textclf.coverage import largest_coverage
 from textclf.data.splitting import (SPLITS, _cut, allocate, bucket, check_disjoint, class_counts,
                                     stable_split, stratified_split)
 
@@ -202,3 +205,38 @@ def test_a_class_found_only_in_mixed_label_groups_gets_every_split():
 def test_a_corpus_without_split_keys_asks_for_a_fresh_ingest():
     with pytest.raises(ValueError, match="no `split_key` column.*rerun ingest"):
         stable_split(corpus({"a": 10, "b": 10}), FRACTIONS, seed=0)
+
+
+def split_stage(tmp_path, sizes: dict[str, int], caplog, **sections) -> str:
+    """The split stage on a corpus of `sizes` with params.yaml's sections overridden -> its warnings."""
+    from stages import split as stage
+
+    from conftest import write_params
+
+    frame = corpus(sizes)
+    frame.assign(source_path=frame["doc_id"], split_key=frame["doc_id"]).to_parquet(tmp_path / "c.parquet")
+    params = write_params(tmp_path / "params.yaml", **sections)
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="split"):
+        stage.main(["--params", str(params), "--corpus", str(tmp_path / "c.parquet"),
+                    "--splits", str(tmp_path / "sp.parquet"), "--counts", str(tmp_path / "n.json")])
+    return caplog.text
+
+
+def test_a_validation_split_too_small_for_serve_coverage_is_said_at_split(tmp_path, caplog):
+    """8 documents a class x 5 (issue 54): before training, one line with the validation
+    documents, the number serve.coverage 0.9 needs and what works instead; the coverage it
+    names is silent, and so are train.calibration none and a larger corpus."""
+    few = {c: 8 for c in "abcde"}
+    said = split_stage(tmp_path, few, caplog)
+    n = int((pd.read_parquet(tmp_path / "sp.parquet")["split"] == "validation").sum())
+    assert n < 9 and len(caplog.records) == 1, said
+    line = caplog.records[0].getMessage()
+    assert line.startswith(f"validation holds {n} documents and serve.coverage=0.9 needs at least 9 "), line
+    assert "every class in every set and every answer needs_review" in line
+    assert f"set serve.coverage: {largest_coverage(n)} (or lower)" in line
+    assert re.search(r"split\.fractions\.validation: 0\.\d\d \(now 0.15; about 9 of 40 documents", line), line
+    assert "split.validation " not in line  # issue 55 item 9: the key is split.fractions.validation
+    assert not split_stage(tmp_path, few, caplog, serve={"coverage": largest_coverage(n)})
+    assert not split_stage(tmp_path, few, caplog, train={"calibration": "none"})  # no sets, nothing to say
+    assert not split_stage(tmp_path, {c: 20 for c in "abcde"}, caplog)

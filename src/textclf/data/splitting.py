@@ -33,6 +33,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from textclf.config import load_params
+from textclf.coverage import too_few_at_split
 from textclf.common import UserError, write_json, write_parquet
 from textclf.data.labelsets import MULTILABEL, is_multilabel, labels_of
 
@@ -258,7 +259,8 @@ class SplitPaths:
 
 def run_split(paths: SplitPaths) -> None:
     """The split stage: the corpus's assignment and its class counts."""
-    cfg = load_params(paths.params).split
+    params = load_params(paths.params)
+    cfg = params.split
     columns = ["doc_id", "label", "content_hash", "group", "source_path"]  # the path names it in diffs
     if cfg.method == "stable":
         columns.append("split_key")
@@ -276,3 +278,7 @@ def run_split(paths: SplitPaths) -> None:
         "split (%s) sizes: %s; %d near-duplicate groups, none in two splits; %d group(s) moved so "
         "that every %s is in every split", cfg.method, sizes,
         int((assignment["group"].value_counts() > 1).sum()), len(repairs), "label" if multilabel else "class")
+    if not multilabel and params.train.calibration != "none":  # the sets need validation documents: said before training
+        line = too_few_at_split(sizes["validation"], len(assignment), params.serve.coverage, cfg.fractions["validation"])
+        if line:
+            logging.getLogger("split").warning("%s", line)

@@ -78,10 +78,26 @@ def fit_baseline(texts, y: np.ndarray, cfg: BaselineParams, weights: str = "none
         what = f"hashed n-grams + SGD (baseline.hashing_from={cfg.hashing_from})"
     else:
         model = make_pipeline(tfidf(cfg), linear(cfg, len(y), "balanced" if weights == "balanced" else None))
-        model.fit(texts if isinstance(texts, list) else texts.to_pylist(), np.asarray(y))
+        fit_tfidf(model, texts if isinstance(texts, list) else texts.to_pylist(), np.asarray(y), cfg.min_df)
         what = f"TF-IDF ({len(model[0].vocabulary_)} n-grams) + SGD"
     log.info("baseline: %s fitted on %d documents in %.1f s", what, len(y), time.perf_counter() - started)
     return model
+
+
+def fit_tfidf(model, texts: list[str], y: np.ndarray, min_df: int) -> None:
+    """model.fit, with scikit-learn's refusals of a baseline.min_df that a small corpus (or a
+    labels fold) leaves no n-gram for said in one line instead of a traceback."""
+    fix = "lower baseline.min_df (1 keeps every n-gram), or give the corpus more documents"
+    if min_df > len(texts):
+        raise UserError(f"baseline.min_df={min_df} keeps n-grams found in at least {min_df} documents, and the "
+                        f"baseline is fitted on {len(texts)}: {fix}.")
+    try:
+        model.fit(texts, y)
+    except ValueError as err:
+        if "no terms remain" not in str(err):
+            raise
+        raise UserError(f"baseline.min_df={min_df}: no n-gram is in {min_df} of the {len(texts)} documents "
+                        f"the baseline is fitted on: {fix}.") from None
 
 
 def predict(model, texts) -> np.ndarray:

@@ -19,7 +19,7 @@ from textclf.config import BaselineParams
 from textclf.common import UserError
 from textclf.data.labelsets import hot, label_sets, labels_of
 from textclf.data.weights import resolve
-from textclf.evaluate.baseline import tfidf
+from textclf.evaluate.baseline import fit_tfidf, tfidf
 from textclf.evaluate.multilabel import decide, multilabel_scores, tune_thresholds
 from textclf.inference.frames import PROB_PREFIX
 
@@ -40,7 +40,9 @@ def fit_sets(texts: list[str], y: np.ndarray, cfg: BaselineParams, weights: str)
     # of 54 clean rows where the regression's flagged 1-2 (docs/benchmarks.md)
     model = LogisticRegression(C=cfg.C, max_iter=2000, random_state=cfg.seed,
                                class_weight="balanced" if weights == "balanced" else None)
-    return make_pipeline(tfidf(cfg), OneVsRestClassifier(model)).fit(texts, y)
+    pipeline = make_pipeline(tfidf(cfg), OneVsRestClassifier(model))
+    fit_tfidf(pipeline, texts, y, cfg.min_df)
+    return pipeline
 
 
 def fit_multilabel(texts: dict[str, list[str]], sets: dict[str, np.ndarray], cfg: BaselineParams,

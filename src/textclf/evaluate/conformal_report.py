@@ -36,11 +36,12 @@ def calibration_warning(scores: dict) -> str | None:
             "small or unlike test: look at the reliability diagrams, or set train.calibration: none")
 
 
-def set_metrics(frame: pd.DataFrame, labels: list[str], coverage: float) -> dict:
+def set_metrics(frame: pd.DataFrame, labels: list[str], coverage: float, unguaranteed: str | None = None) -> dict:
     """A single-label test frame with prediction sets (`labels`, `set_size`) -> coverage_target,
     coverage (share of documents whose set holds their label), mean_size, sizes ({size:
     count}), empty_sets, per_class_coverage ({class: share}; None without test documents)
-    and never_covered (classes with test documents none of whose sets holds them)."""
+    and never_covered (classes with test documents none of whose sets holds them); with
+    `unguaranteed` (validation too small for the coverage: every class in every set), that line."""
     covered = np.array([given in chosen for given, chosen in zip(frame["label"], frame["labels"])], dtype=bool)
     sizes = frame["set_size"].to_numpy()
     per_class = {c: (float(covered[(frame["label"] == c).to_numpy()].mean())
@@ -49,7 +50,8 @@ def set_metrics(frame: pd.DataFrame, labels: list[str], coverage: float) -> dict
             "mean_size": float(sizes.mean()) if len(sizes) else 0.0,
             "sizes": {str(k): int(v) for k, v in sorted(pd.Series(sizes).value_counts().items())},
             "empty_sets": int((sizes == 0).sum()), "per_class_coverage": per_class,
-            "never_covered": [c for c, share in per_class.items() if share == 0.0]}
+            "never_covered": [c for c, share in per_class.items() if share == 0.0]} | (
+        {"unguaranteed": unguaranteed} if unguaranteed else {})
 
 
 def review_metrics(frame: pd.DataFrame, review_below: float) -> dict:

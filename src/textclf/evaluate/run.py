@@ -89,7 +89,7 @@ def answers(doc_ids: list[str], y_true: np.ndarray, raw: np.ndarray, found: Cali
     frame = judged_frame(doc_ids, y_true, served, labels, None, review)
     out = calibration_scores(raw, served, y_true, found.temperature if found else None)
     if review.coverage is not None and review.cut is not None:
-        out["sets"] = set_metrics(frame, labels, review.coverage)
+        out["sets"] = set_metrics(frame, labels, review.coverage, review.unguaranteed)
     return out | {"review": review_metrics(frame, review.review_below)}, frame
 
 

@@ -8,7 +8,9 @@ model and the export stage for each ONNX format (textclf.model.temperature, scip
   validation documents' scores, sorted, are saved with the model; a coverage 1 - alpha is
   then the ceil((n + 1)(1 - alpha))-th smallest score q, and a document's set every label
   with p >= 1 - q. On exchangeable data the set holds the true label with probability at
-  least 1 - alpha (tests/test_calibration.py checks it against crepes).
+  least 1 - alpha (tests/test_calibration.py checks it against crepes). Fewer than
+  needed_documents scores have no such q: every label is in the set (crepes' infinite
+  threshold) and every answer needs_review (docs/few_shot.md).
 """
 from __future__ import annotations
 
@@ -21,11 +23,13 @@ from pathlib import Path
 import numpy as np
 
 from textclf.common import UserError
+from textclf.coverage import too_few
 
 log = logging.getLogger(__name__)
 
 CALIBRATION_FILE = "calibration.json"
 TINY = 1e-12  # log(0) guard: a float32 softmax can round a probability to 0
+SAID: set[tuple[int, float]] = set()  # (documents, coverage) whose too_few line was logged (warn_once)
 
 
 def softmax_t(probs: np.ndarray, temperature: float) -> np.ndarray:
@@ -46,20 +50,13 @@ def lac_scores(probs: np.ndarray, y: np.ndarray) -> np.ndarray:
     return 1.0 - probs[np.arange(len(y)), y]
 
 
-def needed_documents(coverage: float) -> int:
-    """The fewest calibration documents for which a coverage has a finite threshold:
-    ceil((n + 1) * coverage) <= n."""
-    return math.ceil(coverage / (1 - coverage) - 1e-9)
-
-
-def conformal_threshold(scores: np.ndarray, coverage: float) -> float:
-    """The ceil((n + 1) * coverage)-th smallest of n validation scores."""
+def conformal_threshold(scores: np.ndarray, coverage: float) -> float | None:
+    """The ceil((n + 1) * coverage)-th smallest of n validation scores; None where n is too
+    few for that (no finite threshold: every label belongs in the set, as crepes answers)."""
     n = len(scores)
     k = math.ceil((n + 1) * coverage - 1e-9)
     if k > n:
-        raise UserError(f"serve.coverage={coverage} needs at least {needed_documents(coverage)} validation "
-                        f"documents for its prediction sets, and the model was calibrated on {n}: lower "
-                        "serve.coverage, or give validation more documents (split.validation).")
+        return None
     return float(np.sort(scores)[k - 1])
 
 
@@ -118,10 +115,13 @@ class Review:
     model's: its label set's) below `review_below`."""
     coverage: float | None  # None: no sets, the flag from the probability alone
     review_below: float
-    cut: float | None = None  # 1 - the conformal threshold
+    cut: float | None = None  # 1 - the conformal threshold; 0: every label (validation too small)
+    unguaranteed: str | None = None  # too_few's line: the coverage has no threshold, every answer is flagged
 
     def flags(self, probability: np.ndarray, set_size: np.ndarray | None) -> np.ndarray:
         flagged = np.asarray(probability) < self.review_below
+        if self.unguaranteed:
+            return np.ones_like(flagged)
         return flagged if set_size is None else flagged | (set_size != 1)
 
     def sets(self, probs: np.ndarray) -> np.ndarray:
@@ -130,6 +130,14 @@ class Review:
 
     def to_config(self) -> dict:
         return {"coverage": self.coverage, "review_below": self.review_below}
+
+
+def warn_once(n: int, coverage: float, line: str | None) -> None:
+    """too_few's line once a process per (documents, coverage): evaluate and train load the
+    same calibration in several formats and copies."""
+    if (n, coverage) not in SAID:
+        SAID.add((n, coverage))
+        log.warning("%s", line)
 
 
 def review_for(calibration: Calibration | None, coverage: float | None, review_below: float,
@@ -149,5 +157,9 @@ def review_for(calibration: Calibration | None, coverage: float | None, review_b
         if coverage is not None:
             log.warning("%s has no calibration: no prediction sets at serve.coverage=%s", where, coverage)
         return Review(coverage=None, review_below=review_below)
-    return Review(coverage=coverage, review_below=review_below,
-                  cut=1.0 - conformal_threshold(np.asarray(calibration.scores), coverage))
+    threshold = conformal_threshold(np.asarray(calibration.scores), coverage)
+    if threshold is None:  # no finite threshold: every label in every set, every answer flagged
+        line = too_few(len(calibration.scores), coverage, where)
+        warn_once(len(calibration.scores), coverage, line)
+        return Review(coverage=coverage, review_below=review_below, cut=0.0, unguaranteed=line)
+    return Review(coverage=coverage, review_below=review_below, cut=1.0 - threshold)

@@ -83,7 +83,9 @@ def set_blocks(sets: dict | None) -> list[Block]:
     covered is a finding."""
     if not sets:
         return []
-    blocks: list[Block] = [
+    # validation too small for the coverage: why every set holds every class, said first
+    blocks: list[Block] = [Alert(sets["unguaranteed"])] if sets.get("unguaranteed") else []
+    blocks += [
         Para(f"Prediction sets (split-conformal on validation, `serve.coverage: {sets['coverage_target']}`): "
              f"**{sets['coverage']:.1%}** of the test documents' sets hold their label (target "
              f"{sets['coverage_target']:.0%}); mean set size **{sets['mean_size']:.2f}**, "
