@@ -25,9 +25,11 @@ import os
 import re
 import shlex
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
+import time
 import traceback
 import uuid
 from contextlib import contextmanager
@@ -246,6 +248,22 @@ def with_overrides(params: str, overrides: list[str], folder: Path) -> str:
     return str(path)
 
 
+def reach_node_0(endpoint: str, timeout: float) -> str:
+    """Wait up to `timeout` seconds for node 0's rendezvous port to accept a connection -> ""
+    once it does, else why not. torch's TCP store client, which would wait instead, tries a
+    second time once its timeout is spent (twice the time) and prints 40 lines of C++ stacks."""
+    host, _, port = endpoint.rpartition(":")
+    deadline, why = time.monotonic() + timeout, "nothing answered"
+    while (left := deadline - time.monotonic()) > 0:
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=min(left, 5)):
+                return ""
+        except OSError as err:
+            why = err.strerror or str(err) or type(err).__name__
+        time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
+    return f"{why} at {endpoint}"
+
+
 def join(argv: list[str] | None = None) -> None:
     """Join the train stage that node 0 runs: this node's train.processes workers train
     with the others; their outputs (curve, checkpoint) go to a temp folder, deleted after."""
@@ -271,14 +289,15 @@ def join(argv: list[str] | None = None) -> None:
                           model_dir=str(folder / "model-dir"), curve=str(folder / "curve"),
                           guards=str(folder / "guards"), movement=str(folder / "movement"),
                           run_file=str(folder / "run-file"), checkpoint_dir=str(folder / "checkpoint-dir"))
-        launched = launch("stages.train", node.argv(), cfg, args.node_rank)
+        unreached = reach_node_0(cfg.rdzv_endpoint, cfg.rdzv_timeout)
+        launched = None if unreached else launch("stages.train", node.argv(), cfg, args.node_rank)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    if launched.rendezvous:
+    if launched is None or launched.rendezvous:
         raise UserError(f"node {args.node_rank} could not join node 0 at train.rdzv_endpoint="
                         f"{cfg.rdzv_endpoint} within train.rdzv_timeout={cfg.rdzv_timeout} s "
-                        f"({launched.rendezvous}): start the train stage on node 0 (dvc repro) and check "
-                        "that this node reaches it.")
+                        f"({unreached or launched.rendezvous}): start the train stage on node 0 (dvc repro) "
+                        "and check that this node reaches it.")
     if launched.rc != 0:
         raise UserError(f"node {args.node_rank} failed: {launched.failure}" if launched.failure else
                         f"node {args.node_rank} failed (torchrun exit {launched.rc}); the failing rank's "
