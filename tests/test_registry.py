@@ -291,3 +291,13 @@ def test_every_write_of_a_train_start_survives_a_training_making_it_at_the_same_
     assert (decision["version"], decision["champion"], decision["promoted"]) == (1, 1, True)
     assert {m: len(c) for m, c in calls.items()} == {"set_experiment_tag": 2, "set_tag": 2,
                                                      "set_registered_model_alias": 3, "create_experiment": 1}
+
+
+def test_with_no_champion_the_log_says_so_not_none(tmp_path, caplog):
+    """A first version with a guard alarm leaves no champion: "no champion yet", never
+    "champion stays at None" (issue 55, rough edges)."""
+    (run,) = logged_runs(f"sqlite:///{tmp_path / 'mlflow.db'}", 1)
+    with caplog.at_level(logging.INFO, logger="textclf.tracking.registry"):
+        decision = register(run, "m", {**PASS, "guard.collapse": "collapsed"})
+    assert (decision["promoted"], decision["champion"]) == (False, None)
+    assert "(challenger); no champion yet: " in caplog.text and "None" not in caplog.text

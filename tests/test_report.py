@@ -36,6 +36,15 @@ def test_headline_gives_the_verdict_and_flags_a_worse_model_and_failed_guards():
     assert "alarm" not in allowed
 
 
+def test_headline_with_no_champion_says_so_not_version_none():
+    """A first version with a guard alarm leaves no champion (issue 55, rough edges)."""
+    reg = {"model": "textclf", "version": 1, "promoted": False, "champion": None, "reason": "guard alarms: collapse"}
+    text = to_markdown(headline({**metrics(0.01), "registry": reg}))
+    assert "version 1 is the challenger; no champion yet (guard alarms: collapse)" in text and "None" not in text
+    moved = to_markdown(headline({**metrics(0.01), "registry": {**reg, "promoted": True, "champion": 1}}))
+    assert "challenger; champion moved to it" in moved
+
+
 def test_ece_is_zero_when_confidence_matches_accuracy_and_measures_the_gap_otherwise():
     conf = np.array([0.8] * 10 + [0.6] * 5)
     correct = np.array([1] * 8 + [0] * 2 + [1] * 3 + [0] * 2, dtype=bool)
