@@ -119,8 +119,10 @@ def test_the_token_paragraph_says_what_the_truncation_leaves_unread():
     assert how_read(base) == "**40.0 % truncated** at max_length 128."  # stats from before the count
     assert how_read({**base, "truncation": "head+tail", "pct_tokens_unread": 31.5}) == \
         "**40.0 % truncated** at max_length 128, **31.5 % of all tokens unread**."
-    chunks = how_read({**base, "truncation": "chunks", "windows_mean": 5.1, "windows_max": 37})
-    assert chunks.startswith("**read whole** in windows of max_length 128: 5.1 per document (at most 37)")
+    chunks = how_read({**base, "truncation": "chunks", "pct_truncated": 0.0, "pct_multi_window": 40.0,
+                       "windows_mean": 5.1, "windows_max": 37})
+    assert chunks == ("**read whole** in windows of max_length 128: 5.1 per document (at most 37); "
+                      "40.0 % of the documents take more than one.")
 
 
 def test_headline_lists_a_recovered_collapse_as_a_warning_naming_the_epochs():

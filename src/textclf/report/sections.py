@@ -156,7 +156,7 @@ def how_read(tokens: dict) -> str:
     share truncated alone)."""
     if tokens.get("truncation") == "chunks":
         return (f"**read whole** in windows of max_length {tokens['max_length']}: {tokens['windows_mean']} "
-                f"per document (at most {tokens['windows_max']}); {tokens['pct_truncated']} % of the "
+                f"per document (at most {tokens['windows_max']}); {tokens['pct_multi_window']} % of the "
                 "documents take more than one.")
     unread = (f", **{tokens['pct_tokens_unread']} % of all tokens unread**"
               if "pct_tokens_unread" in tokens else "")
