@@ -60,3 +60,21 @@ def test_experiments_exp_show_shows_the_params_it_compares(reproduced, tmp_path)
         for lr, shown in (("5.0e-5", "5e-05"), ("2.0e-5", "2e-05")):
             assert any(f"lr-{lr}" in row and shown in row.split() for row in rows), proc.stdout
     assert "train.epochs" in run_block(repo, exp_show_line(fenced("experiments.md")[0])).stdout
+
+
+def test_recovery_lists_the_running_runs_with_their_host_and_pid(tmp_path):
+    """docs/recovery.md's stale-run listing, as written, on a store with a RUNNING and a
+    FINISHED run: the RUNNING one with its host and pid, not the other (`mlflow runs list`,
+    which the page gave, shows no status; issue 55, rough edges)."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    exp = client.create_experiment("textclf")
+    stale = client.create_run(exp, tags={"textclf.host": "node-a", "textclf.pid": "4242"}).info.run_id
+    done = client.create_run(exp).info.run_id
+    client.set_terminated(done, "FINISHED")
+    block = next(b for b in fenced("recovery.md") if "search_runs" in b)
+    line = next(line for line in block.splitlines() if "search_runs" in line)
+    proc = run_block(tmp_path, line.replace(".venv/bin/python", sys.executable))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == [stale, "node-a", "4242"]
