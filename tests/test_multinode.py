@@ -34,7 +34,7 @@ def tiny_no_dropout(tmp_path_factory):
 
 def node_env(folder, tmp=None) -> dict:
     """Each node its own store (node 1 must never use it) and gloo on the loopback."""
-    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{folder / 'mlflow.db'}", "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{folder / 'mlflow.db'}", "PYTHONPATH": f"{REPO}{os.pathsep}{REPO / 'src'}",
            "GLOO_SOCKET_IFNAME": "lo"}
     return {**env, "TMPDIR": str(tmp)} if tmp else env
 
@@ -133,6 +133,7 @@ def test_a_node_that_never_joins_times_out_in_one_line(tmp_path, prepared_tiny, 
     errors = [line for line in proc.stderr.splitlines() if " ERROR " in line]
     assert len(errors) == 1, proc.stderr[-3000:]
     launched = next(line for line in proc.stderr.splitlines() if "launching 1 processes on node 0" in line)
+    assert " -m textclf.train.launch torchrun --nnodes=2 " in launched  # as `ps` shows it, not `-c '…'`
     waited = logged_at(errors[0]) - logged_at(launched)
     assert 5 <= waited < 5 + 25, waited  # the timeout, plus torchrun's start and the run's cleanup
     assert (f"train.nodes=2: the other nodes did not join at train.rdzv_endpoint={endpoint} within "
