@@ -9,6 +9,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from reaper import reaper
 from stages import baseline, evaluate, export, ingest, report, split, train
 from stages import tokenize as tokenize_stage
 
@@ -44,9 +46,18 @@ def shared_once(tmp_path_factory, name: str, build) -> Path:
         if not (folder / ".built").is_file():
             shutil.rmtree(folder, ignore_errors=True)
             folder.mkdir()
+            building = reaper().folder(folder)  # outside this worker's basetemp
             build(folder)
+            reaper().done(building)
             (folder / ".built").touch()
     return folder
+
+
+@pytest.fixture(scope="session", autouse=True)
+def stopped_with_the_run(tmp_path_factory):
+    """Whatever a test leaves working in this run's folders is stopped when the run ends, even
+    a KILLed one (tests/reaper.py)."""
+    reaper().folder(tmp_path_factory.getbasetemp())
 
 
 def pytest_configure(config):
@@ -358,10 +369,13 @@ def venv_env() -> dict:
 def server(cmd: list[str], cwd: Path, health_url: str, log: Path, seconds: float = 180,
            env: dict | None = None):
     """Run a server until the block ends. Its output goes to `log`, never to a pipe: a full
-    pipe would block the server, and reading a live server's pipe would block the test."""
+    pipe would block the server, and reading a live server's pipe would block the test. In a
+    process group of its own, which ends with the block, or with the test run however it ends
+    (tests/reaper.py): its workers too, and not before the block ends on Ctrl-C."""
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, cwd=cwd, env={**venv_env(), **(env or {})}, stdout=out,
-                                stderr=subprocess.STDOUT)
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    stop = reaper().group(proc.pid)
     try:
         deadline = time.monotonic() + seconds
         while True:
@@ -376,9 +390,13 @@ def server(cmd: list[str], cwd: Path, health_url: str, log: Path, seconds: float
                 time.sleep(0.5)
         yield
     finally:
-        proc.terminate()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
         try:
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+            pass
+        with contextlib.suppress(ProcessLookupError):  # its workers, and a server that did not stop
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        reaper().done(stop)

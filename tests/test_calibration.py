@@ -187,7 +187,10 @@ def test_a_model_saved_before_calibration_is_served_as_before_saying_so(tiny_tra
     with caplog.at_level(logging.WARNING):
         old = Predictor(tmp_path / "model")
         old.set_review(0.9, 0.5)
+        again = Predictor(tmp_path / "model")  # a stage loads it several times: said once (issue 55)
+        again.set_review(0.9, 0.5)
     assert old.calibration is None and "has no calibration" in caplog.text
+    assert caplog.text.count("has no calibration (") == 1 and caplog.text.count("no prediction sets at") == 1
     assert "no prediction sets at serve.coverage=0.9" in caplog.text
     frame = old.predict(TEXTS)
     assert "labels" not in frame.columns and "needs_review" in frame.columns

@@ -67,6 +67,10 @@ def test_a_challenger_on_grown_data_is_judged_on_the_documents_the_champion_neve
     unseen = new_test[~new_test["content_hash"].isin(seen)]
     assert cmp["left_out"]["champion_trained_on"] == len(new_test) - len(unseen) > 0
     assert cmp["n"] == len(unseen) and cmp["champion_version"] == 1  # never graded on what it trained on
+    # the version's tags: how many test documents, and how many of them were left out (issue 55)
+    assert cmp["tags"]["gate.challenger_test_documents"] == len(new_test)
+    assert {k for k in cmp["tags"] if k.startswith("gate.left_out.")} == {
+        "gate.left_out.champion_trained_on", "gate.left_out.near_duplicate_of_champion_training"}
     assert cmp["classes"] == {"only_challenger": ["tech"], "only_champion": []}
     assert "only the challenger knows: ['tech']" in reg["reason"]
     assert reg["promoted"] is cmp["promote"] is True and reg["champion"] == 2

@@ -37,7 +37,7 @@ def train(tmp, name: str, processes: int):
            "--splits", "sp.parquet", "--model-dir", f"{name}/model", "--curve", f"{name}/curve.csv",
            "--guards", f"{name}/guards.json", "--movement", f"{name}/move.csv",
            "--run-file", f"{name}/run.json", "--checkpoint-dir", f"{name}/ckpt"]
-    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp / 'mlflow.db'}", "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp / 'mlflow.db'}", "PYTHONPATH": f"{REPO}{os.pathsep}{REPO / 'src'}"}
     return subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=900)
 
 
@@ -148,7 +148,7 @@ def test_a_killed_rank_stops_every_rank_and_fails_the_run(tmp_path, prepared_tin
     cmd = [sys.executable, "-m", "stages.train", "--params", "kill.yaml", "--tokens", "t.parquet",
            "--splits", "sp.parquet", "--model-dir", "m", "--curve", "c.csv", "--guards", "g.json",
            "--movement", "mv.csv", "--run-file", "r.json", "--checkpoint-dir", "ck"]
-    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}", "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}", "PYTHONPATH": f"{REPO}{os.pathsep}{REPO / 'src'}"}
     with open(tmp_path / "log.txt", "w") as out:
         proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 300

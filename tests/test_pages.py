@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import GIT_ENV, REPO, copy_repo, git
+from conftest import GIT_ENV, REPO, copy_repo, copy_reproduced, dvc, git, write_params
 
 
 def fenced(page: str) -> list[str]:
@@ -35,3 +35,46 @@ def test_mistakes_step_1_fails_on_the_random_encoder_and_leaves_params_for_step_
     proc = run_block(repo, step1, {"MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"})
     assert proc.returncode != 0 and "newly initialised, not loaded from the checkpoint" in proc.stdout + proc.stderr
     assert git(repo, "status", "--porcelain", "params.yaml") == ""  # step 2 starts from the page's params
+
+
+def exp_show_line(block: str) -> str:
+    return next(line.split("  #")[0] for line in block.splitlines() if "dvc exp show" in line)
+
+
+@pytest.mark.slow
+def test_experiments_exp_show_shows_the_params_it_compares(reproduced, tmp_path):
+    """docs/experiments.md's `dvc exp show` on two experiments that differ in the page's
+    params: the table names them and their values in a terminal's width. The plain command
+    drew every metric, param and dependency (about 2 500 characters wide) and, cropped to a
+    terminal, none of the params (issue 55, item 11)."""
+    repo = copy_reproduced(reproduced, tmp_path / "repo")
+    os.symlink(REPO / ".venv", repo / ".venv")
+    for lr, epochs in (("5.0e-5", 4), ("2.0e-5", 2)):  # the page's experiment, and another
+        write_params(repo / "params.yaml", train={"lr_encoder": float(lr), "epochs": epochs})
+        dvc(repo, "exp", "save", "-n", f"lr-{lr}")
+    for block in (fenced("experiments.md")[0], fenced("experiments.md")[2]):
+        proc = run_block(repo, exp_show_line(block), {"COLUMNS": "120"})
+        assert proc.returncode == 0, proc.stderr
+        rows = proc.stdout.splitlines()
+        assert "train.lr_encoder" in proc.stdout and max(map(len, rows)) <= 120, proc.stdout
+        for lr, shown in (("5.0e-5", "5e-05"), ("2.0e-5", "2e-05")):
+            assert any(f"lr-{lr}" in row and shown in row.split() for row in rows), proc.stdout
+    assert "train.epochs" in run_block(repo, exp_show_line(fenced("experiments.md")[0])).stdout
+
+
+def test_recovery_lists_the_running_runs_with_their_host_and_pid(tmp_path):
+    """docs/recovery.md's stale-run listing, as written, on a store with a RUNNING and a
+    FINISHED run: the RUNNING one with its host and pid, not the other (`mlflow runs list`,
+    which the page gave, shows no status; issue 55, rough edges)."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    exp = client.create_experiment("textclf")
+    stale = client.create_run(exp, tags={"textclf.host": "node-a", "textclf.pid": "4242"}).info.run_id
+    done = client.create_run(exp).info.run_id
+    client.set_terminated(done, "FINISHED")
+    block = next(b for b in fenced("recovery.md") if "search_runs" in b)
+    line = next(line for line in block.splitlines() if "search_runs" in line)
+    proc = run_block(tmp_path, line.replace(".venv/bin/python", sys.executable))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == [stale, "node-a", "4242"]

@@ -326,3 +326,13 @@ def test_two_equal_scores_are_never_written_with_a_less_than_sign():
         "champion on this test split")
     assert why(v(1, test_macro_f1="0.380298", **split), best, best, split[SPLIT_TAG]) == (
         "test macro-F1 0.380298 < version 3's 0.380300 on this test split")
+
+
+def test_with_no_champion_the_log_says_so_not_none(tmp_path, caplog):
+    """A first version with a guard alarm leaves no champion: "no champion yet", never
+    "champion stays at None" (issue 55, rough edges)."""
+    (run,) = logged_runs(f"sqlite:///{tmp_path / 'mlflow.db'}", 1)
+    with caplog.at_level(logging.INFO, logger="textclf.tracking.registry"):
+        decision = register(run, "m", {**PASS, "guard.collapse": "collapsed"})
+    assert (decision["promoted"], decision["champion"]) == (False, None)
+    assert "(challenger); no champion yet: " in caplog.text and "None" not in caplog.text

@@ -36,6 +36,15 @@ def test_headline_gives_the_verdict_and_flags_a_worse_model_and_failed_guards():
     assert "alarm" not in allowed
 
 
+def test_headline_with_no_champion_says_so_not_version_none():
+    """A first version with a guard alarm leaves no champion (issue 55, rough edges)."""
+    reg = {"model": "textclf", "version": 1, "promoted": False, "champion": None, "reason": "guard alarms: collapse"}
+    text = to_markdown(headline({**metrics(0.01), "registry": reg}))
+    assert "version 1 is the challenger; no champion yet (guard alarms: collapse)" in text and "None" not in text
+    moved = to_markdown(headline({**metrics(0.01), "registry": {**reg, "promoted": True, "champion": 1}}))
+    assert "challenger; champion moved to it" in moved
+
+
 def test_ece_is_zero_when_confidence_matches_accuracy_and_measures_the_gap_otherwise():
     conf = np.array([0.8] * 10 + [0.6] * 5)
     correct = np.array([1] * 8 + [0] * 2 + [1] * 3 + [0] * 2, dtype=bool)
@@ -110,8 +119,10 @@ def test_the_token_paragraph_says_what_the_truncation_leaves_unread():
     assert how_read(base) == "**40.0 % truncated** at max_length 128."  # stats from before the count
     assert how_read({**base, "truncation": "head+tail", "pct_tokens_unread": 31.5}) == \
         "**40.0 % truncated** at max_length 128, **31.5 % of all tokens unread**."
-    chunks = how_read({**base, "truncation": "chunks", "windows_mean": 5.1, "windows_max": 37})
-    assert chunks.startswith("**read whole** in windows of max_length 128: 5.1 per document (at most 37)")
+    chunks = how_read({**base, "truncation": "chunks", "pct_truncated": 0.0, "pct_multi_window": 40.0,
+                       "windows_mean": 5.1, "windows_max": 37})
+    assert chunks == ("**read whole** in windows of max_length 128: 5.1 per document (at most 37); "
+                      "40.0 % of the documents take more than one.")
 
 
 def test_headline_lists_a_recovered_collapse_as_a_warning_naming_the_epochs():

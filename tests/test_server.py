@@ -20,6 +20,7 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
+from reaper import reaper
 from conftest import GIT_ENV, REPO, copy_repo, dvc, dvc_run, free_port, server, venv_env, write_params
 from test_browser import SHOTS, browser, wait_for_text  # noqa: F401  (browser is a fixture)
 from test_serving import invoke
@@ -63,12 +64,16 @@ def team_server(prefix: str, **settings: str):
     mlflow_port, pg_port = sorted(ports)
     env = {"TEXTCLF_STATE": str(state), "TEXTCLF_MLFLOW_PORT": str(mlflow_port),
            "TEXTCLF_PG_PORT": str(pg_port), **settings}
+    # stopped with the test run however it ends: PostgreSQL and mlflow server are daemons
+    stop = reaper().run(["bash", "-c", 'bash "$0" stop; rm -rf "$TEXTCLF_STATE"', str(SCRIPT)],
+                        {**os.environ, "TEXTCLF_PYTHON": sys.executable, **env})
     started = server_sh(env, "start")
     try:
         assert started.returncode == 0, started.stdout + started.stderr
         yield Team(f"http://127.0.0.1:{mlflow_port}", env, state)
     finally:
         stopped = server_sh(env, "stop")
+        reaper().done(stop)
         shutil.rmtree(state, ignore_errors=True)
     assert stopped.returncode == 0, stopped.stdout + stopped.stderr
 

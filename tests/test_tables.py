@@ -298,3 +298,18 @@ def test_the_ingest_stage_passes_tsv_quoting_from_params(tmp_path):
     ingest.main(["--params", str(params), "--corpus", str(tmp_path / "c.parquet"),
                  "--report", str(tmp_path / "r.json")])
     assert list(pd.read_parquet(tmp_path / "c.parquet")["text"]) == ["a\ttab", "plain"]
+
+
+def test_a_quoted_tsv_read_unquoted_ends_with_the_quoting_fix_not_only_the_class_sizes(tmp_path):
+    """pandas writes a TSV whose texts hold newlines quoted: read unquoted, every row breaks,
+    every class falls under min_per_class, and the refusal names ingest.tsv_quoting too, not
+    only the small classes (the warning that said it had scrolled away; issue 55)."""
+    texts = [f"document {i}\nits second line" for i in range(12)]
+    path = tmp_path / "export.tsv"
+    pd.DataFrame({"text": texts, "label": ["a", "b"] * 6}).to_csv(path, sep="\t", index=False)
+    with pytest.raises(UserError) as err:
+        build_corpus(path, 1_000_000, 5, ND, Columns())
+    assert "fewer than ingest.min_per_class=5" in str(err.value)
+    assert "set ingest.tsv_quoting: true first" in str(err.value) and "\n" not in str(err.value)
+    frame, _ = build_corpus(path, 1_000_000, 5, ND, Columns(tsv_quoting=True))
+    assert list(frame["text"]) == texts

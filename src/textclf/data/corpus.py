@@ -33,7 +33,7 @@ from textclf.data.labelsets import MULTILABEL, per_label
 from textclf.data.ledger import SCHEMA, Ledger, doc_id
 from textclf.data.near_dups import NearDuplicates, group_sketched, sketch_and_keys
 from textclf.data.sources import Entry, is_hidden, open_source
-from textclf.data.tables import (Columns, Row, not_tables, nothing_usable, read_rows, source_root,
+from textclf.data.tables import (Columns, Row, not_tables, nothing_usable, quoting_hint, read_rows, source_root,
                                  table_files)
 from textclf.data.text import decode
 
@@ -283,7 +283,10 @@ def write_corpus(source: Path | str, out: Path | str, max_bytes: int, min_per_cl
             per_class = per_label(per_class)
         report.finish(len(order), per_class, Counter(ledger.encodings))  # encodings: before de-duplication
         # A class folder whose every file was skipped still counts, with 0 documents.
-        check_classes(Counter({c: per_class.get(c, 0) for c in class_folders}), min_per_class)
+        try:
+            check_classes(Counter({c: per_class.get(c, 0) for c in class_folders}), min_per_class)
+        except UserError as err:  # the helpful warning scrolled away: the error says it again
+            raise UserError(f"{err}{quoting_hint(tables, columns, report.skipped[SkipReason.MALFORMED_LINE])}") from None
         ledger.write(tmp, order, group_of, MULTILABEL if columns.multilabel else "")
     return report
 

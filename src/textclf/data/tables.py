@@ -70,6 +70,15 @@ def table_format(path: Path) -> str | None:
     return None if fmt == "parquet" and path.name.lower().endswith(".gz") else fmt
 
 
+def quoting_hint(tables: list[Path] | None, columns: Columns, malformed: int) -> str:
+    """What a refusal adds when unquoted TSV rows were malformed: a TSV that quotes fields
+    holding tabs or newlines (pandas' to_csv does) read unquoted leaves too few rows."""
+    if not malformed or columns.tsv_quoting or not any(table_format(p) == "tsv" for p in tables or []):
+        return ""
+    return (f" ({malformed} row(s) had the wrong number of fields: if the TSV quotes fields that hold tabs "
+            "or newlines, as pandas' to_csv writes them, set ingest.tsv_quoting: true first)")
+
+
 def is_glob(source: str) -> bool:
     """A pattern: holds `*`, `?` or `[` and names no existing path (`news [v2]` may be a folder)."""
     return any(c in source for c in "*?[") and not Path(source).exists()

@@ -151,9 +151,11 @@ def length_stats(lengths: np.ndarray | list[int], max_length: int, truncation: s
     """Untruncated lengths (special tokens included) -> their stats, and what the configured
     truncation leaves unread: head, tail and head+tail skip max(0, length - max_length) tokens
     of a document (its body beyond the budget), chunks none. pct_truncated: documents longer
-    than max_length (with chunks: read in more than one window, `windows` per document)."""
+    than max_length, cut (0 with chunks, which read them whole: pct_multi_window says how many
+    take more than one window, `windows` per document)."""
     arr = np.asarray(lengths)
     unread = 0 if truncation == CHUNKS else int(np.clip(arr.astype(np.int64) - max_length, 0, None).sum())
+    longer = round(100.0 * float((arr > max_length).mean()), 2)
     stats = {
         "documents": int(arr.size),
         "mean": round(float(arr.mean()), 1),
@@ -161,7 +163,7 @@ def length_stats(lengths: np.ndarray | list[int], max_length: int, truncation: s
         "p90": float(np.percentile(arr, 90)),
         "max": int(arr.max()),
         "max_length": max_length,
-        "pct_truncated": round(100.0 * float((arr > max_length).mean()), 2),
+        "pct_truncated": 0.0 if truncation == CHUNKS else longer,
         "truncation": truncation,
         "unread_tokens": unread,
         # of every token, special tokens included
@@ -170,7 +172,7 @@ def length_stats(lengths: np.ndarray | list[int], max_length: int, truncation: s
     if truncation == CHUNKS and windows is not None:
         counts = np.asarray(windows)
         stats.update(windows=int(counts.sum()), windows_mean=round(float(counts.mean()), 2),
-                     windows_max=int(counts.max()))
+                     windows_max=int(counts.max()), pct_multi_window=longer)
     return stats
 
 

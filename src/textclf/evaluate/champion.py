@@ -133,7 +133,10 @@ class Challenge:
         log.info("champion version %s vs this version: %s", champion["version"], result["reason"])
         tags = {"gate.rule": result["rule"], "gate.common_documents": result["n"],
                 "gate.promote": result["promote"], "gate.champion_version": champion["version"],
-                **{f"gate.left_out.{k}": v for k, v in left_out.items()}}
+                # the test documents, then those left out of them: gate.left_out.challenger_test=23
+                # read as 23 left out
+                "gate.challenger_test_documents": left_out["challenger_test"],
+                **{f"gate.left_out.{k}": v for k, v in left_out.items() if k != "challenger_test"}}
         if result["n"]:
             tags.update({"gate.macro_f1": f"{result['challenger']['macro_f1']:.6f}",
                          "gate.champion_macro_f1": f"{result['champion']['macro_f1']:.6f}",

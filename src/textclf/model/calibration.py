@@ -102,9 +102,21 @@ def load(folder: str | Path) -> Calibration | None:
 
 
 def no_calibration(where: str | Path) -> None:
-    """A single-label model without a calibration, said once: served as before."""
-    log.warning("%s has no calibration (a model saved before models carried one, or train.calibration: "
-                "none): its probabilities are the raw softmax and it gives no prediction sets", where)
+    """A single-label model without a calibration, said once a process: served as before.
+    (A stage loads its model several times, each format and each check: a repro said it 9 times.)"""
+    if _say_once(f"{Path(where).resolve()}"):
+        log.warning("%s has no calibration (a model saved before models carried one, or train.calibration: "
+                    "none): its probabilities are the raw softmax and it gives no prediction sets", where)
+
+
+_SAID: set[str] = set()
+
+
+def _say_once(key: str) -> bool:
+    """True the first time this process asks for `key`."""
+    first = key not in _SAID
+    _SAID.add(key)
+    return first
 
 
 @dataclass(frozen=True)
@@ -154,7 +166,7 @@ def review_for(calibration: Calibration | None, coverage: float | None, review_b
     if multilabel:
         return Review(coverage=None, review_below=review_below)
     if coverage is None or calibration is None:
-        if coverage is not None:
+        if coverage is not None and _say_once(f"{where} {coverage}"):
             log.warning("%s has no calibration: no prediction sets at serve.coverage=%s", where, coverage)
         return Review(coverage=None, review_below=review_below)
     threshold = conformal_threshold(np.asarray(calibration.scores), coverage)

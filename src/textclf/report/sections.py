@@ -35,9 +35,10 @@ def headline(metrics: dict, collapsed_epochs: Sequence[int] = ()) -> list[Block]
         blocks.append(Alert("the fine-tuned model is significantly worse than the TF-IDF baseline."))
     if metrics.get("registry"):
         reg = metrics["registry"]
-        verdict = "moved to it" if reg["promoted"] else f"stays at version {reg['champion']}"
+        verdict = ("champion moved to it" if reg["promoted"] else
+                   f"champion stays at version {reg['champion']}" if reg["champion"] else "no champion yet")
         blocks.append(Para(f"Model registry: `{reg['model']}` version {reg['version']} is the "
-                           f"challenger; champion {verdict} ({reg['reason']})."))
+                           f"challenger; {verdict} ({reg['reason']})."))
     failed = with_severity(metrics["guards"], ALARM)
     if failed:
         blocks.append(Alert(f"guard alarms: {', '.join(failed)}; this model does not become champion."))
@@ -155,7 +156,7 @@ def how_read(tokens: dict) -> str:
     share truncated alone)."""
     if tokens.get("truncation") == "chunks":
         return (f"**read whole** in windows of max_length {tokens['max_length']}: {tokens['windows_mean']} "
-                f"per document (at most {tokens['windows_max']}); {tokens['pct_truncated']} % of the "
+                f"per document (at most {tokens['windows_max']}); {tokens['pct_multi_window']} % of the "
                 "documents take more than one.")
     unread = (f", **{tokens['pct_tokens_unread']} % of all tokens unread**"
               if "pct_tokens_unread" in tokens else "")

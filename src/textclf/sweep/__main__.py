@@ -78,4 +78,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    run_stage(main)
+    run_stage(main, "rerun the same command to resume the sweep (the study keeps its trials)")

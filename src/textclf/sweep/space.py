@@ -49,7 +49,12 @@ def _accepts(params: Params, name: str, value: Any) -> None:
     for key in path[:-1]:
         node = node[key]
     node[path[-1]] = value
-    parse_section(section, raw)
+    try:
+        parse_section(section, raw)
+    except UserError as err:  # the section's own words, with the fix that applies to a sweep
+        why = str(err).removeprefix("params.yaml: ").split("; set it in params.yaml")[0].rstrip(".")
+        raise UserError(f"params.yaml: sweep.space.{name} may sample {value!r}, which the param refuses ({why}): "
+                        f"narrow sweep.space.{name}.") from None
 
 
 def _known(params: Params, name: str) -> None:

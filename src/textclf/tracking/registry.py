@@ -231,6 +231,13 @@ def _across_splits(client: MlflowClient, name: str, version: str, tags: dict, ch
     return reason, comparison
 
 
+def champion_words(decision: dict) -> str:
+    """Where `register`'s decision left the champion, in words."""
+    if decision["promoted"]:
+        return "champion is it"
+    return f"champion stays at version {decision['champion']}" if decision["champion"] else "no champion yet"
+
+
 def register(run: dict, name: str, tags: dict[str, str], challenge: Judge | None = None) -> dict:
     """add_version, then move `champion`: among the versions tested on the champion's own
     split, to the best eligible one; a version tested on another split, by `challenge`
@@ -253,6 +260,6 @@ def register(run: dict, name: str, tags: dict[str, str], challenge: Judge | None
     decision = {"model": name, "version": int(version), "promoted": promoted, "reason": reason,
                 "champion": int(current["version"]) if current else None,
                 "champion_comparison": comparison, "history": history(client, name)[-5:]}
-    log.log(logging.WARNING if silent else logging.INFO, "registered %s version %s (challenger); champion %s: %s",
-            name, version, "is it" if promoted else f"stays at {decision['champion']}", reason)
+    log.log(logging.WARNING if silent else logging.INFO, "registered %s version %s (challenger); %s: %s",
+            name, version, champion_words(decision), reason)
     return decision

@@ -31,15 +31,16 @@ def load_audit(new_params: set[str], encoder_params: set[str], unused: set[str],
         return "pass", "every encoder parameter the head uses came from the checkpoint"
     more = len(random_encoder) - 5
     shown = ", ".join(random_encoder[:5]) + (f" and {more} more" if more > 0 else "")
-    message = (f"{len(random_encoder)} encoder parameter(s) were newly initialised, not loaded "
-               f"from the checkpoint: {shown}. The encoder is (partly) RANDOM: it was built from a "
-               "config (model.init: config), the model name is wrong, or the checkpoint does not "
-               "match the architecture. Use model.init: pretrained with a checkpoint of this "
-               "architecture, or set model.allow_random_init: true if random weights are intended.")
+    found = (f"{len(random_encoder)} encoder parameter(s) were newly initialised, not loaded "
+             f"from the checkpoint: {shown}. The encoder is (partly) RANDOM")
     if allow_random_init:
+        message = f"{found}, as model.allow_random_init: true allows."
         log.warning(message)
         return "allowed", message
-    raise UserError(message)
+    raise UserError(f"{found}: it was built from a config (model.init: config), the model name is wrong, or "
+                    "the checkpoint does not match the architecture. Use model.init: pretrained with a "
+                    "checkpoint of this architecture, or set model.allow_random_init: true if random "
+                    "weights are intended.")
 
 
 def optimizer_coverage(model: nn.Module, optimizer: torch.optim.Optimizer,
@@ -118,14 +119,24 @@ def multilabel_checks(pred: np.ndarray, y_true: np.ndarray, labels: list[str],
     return {**stats, "kind": "label set"}, recalls
 
 
-def collapse_message(stats: dict) -> str:
+def collapse_message(stats: dict, random_encoder: bool = False) -> str:
+    """`random_encoder`: load_audit allowed a RANDOM encoder, which is then the likely cause."""
+    if random_encoder:
+        cause = RANDOM_HINT
+    elif stats.get("kind") == "label set":
+        cause = MULTILABEL_HINT.format(at=stats.get("at", "probability 0.5"))
+    else:
+        cause = (f"The learning rate is probably too high for fine-tuning: try train.lr_encoder in "
+                 f"{USUAL_LR}, with warmup (train.warmup_ratio) and clipping (train.max_grad_norm).")
     return (f"predictions collapsed to {stats.get('kind', 'class')} {stats['top_class']!r}: it takes "
             f"{stats['top_share']:.0%} of validation predictions but only "
             f"{stats['top_true_share']:.0%} of the labels (prediction entropy "
-            f"{stats['pred_entropy']:.2f} vs label entropy {stats['label_entropy']:.2f}). "
-            + (MULTILABEL_HINT.format(at=stats.get("at", "probability 0.5")) if stats.get("kind") == "label set" else
-               f"The learning rate is probably too high for fine-tuning: try train.lr_encoder in "
-               f"{USUAL_LR}, with warmup (train.warmup_ratio) and clipping (train.max_grad_norm)."))
+            f"{stats['pred_entropy']:.2f} vs label entropy {stats['label_entropy']:.2f}). {cause}")
+
+
+# a randomly initialised encoder gives every text nearly the same features: no learning rate helps
+RANDOM_HINT = ("The encoder is RANDOM (load_audit: allowed by model.allow_random_init: true), which "
+               "gives every text nearly the same features: use model.init: pretrained.")
 
 
 # a sigmoid per label learns "no" first (most labels are absent from most documents): the
@@ -135,7 +146,7 @@ MULTILABEL_HINT = ("Several labels per document, judged at {at}: train longer (t
                    f"train.lr_encoder in {USUAL_LR}.")
 
 
-def judge_collapse(history: list[dict], kept_epoch: int) -> tuple[str, str]:
+def judge_collapse(history: list[dict], kept_epoch: int, random_encoder: bool = False) -> tuple[str, str]:
     """The collapse guard's verdict on the model that is kept, from per-epoch collapse_check
     results ({"epoch", **stats}): collapsed when the kept epoch is; recovered (a warning) when
     only other epochs were, naming them; pass otherwise."""
@@ -148,7 +159,7 @@ def judge_collapse(history: list[dict], kept_epoch: int) -> tuple[str, str]:
         tuned = kept.get("tuned")  # multi-label: what the tuned thresholds make of it, said beside
         beside = (f" At the per-label thresholds tuned on validation its top label set {tuned['top_class']!r} "
                   f"takes {tuned['top_share']:.0%}." if tuned else "")
-        return "collapsed", f"epoch {kept_epoch} (the kept one): {collapse_message(kept)}{beside}"
+        return "collapsed", f"epoch {kept_epoch} (the kept one): {collapse_message(kept, random_encoder)}{beside}"
     if others:
         listed = ", ".join(map(str, others))
         return "recovered", (f"epoch{'s' if len(others) > 1 else ''} {listed} collapsed, but the kept "

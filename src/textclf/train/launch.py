@@ -25,9 +25,11 @@ import os
 import re
 import shlex
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
+import time
 import traceback
 import uuid
 from contextlib import contextmanager
@@ -50,6 +52,7 @@ LAUNCH_DIR = "TEXTCLF_LAUNCH_DIR"
 RDZV_FILE, FAILURE_FILE = "rendezvous.txt", "failure.txt"
 # gloo's words when another rank's process or machine went away mid-collective
 LOST = ("Connection closed by peer", "Connection reset by peer")
+TORCHRUN = "torchrun"  # `python -m textclf.train.launch torchrun ...`: the launcher's torchrun
 LOST_LINES = ("a node was lost mid-training", "a process was lost mid-training")  # lost_peer's lines
 
 
@@ -90,7 +93,7 @@ def launch(module: str, argv: list[str], cfg, node_rank: int = 0) -> Launched:
     SIGINT/SIGTERM received here are passed on; the workers checkpoint and stop."""
     launch_id = uuid.uuid4().hex
     logs = Path(tempfile.mkdtemp(prefix="textclf-torchrun-"))  # torchrun's own, else left in $TMPDIR
-    cmd = [sys.executable, "-c", "from textclf.train.launch import torchrun; torchrun()",
+    cmd = [sys.executable, "-m", "textclf.train.launch", TORCHRUN,  # so `ps` names it
            *torchrun_args(cfg, node_rank), f"--log-dir={logs}", "-m", module, *argv]
     where = f" on node {node_rank} of {cfg.nodes}" if cfg.nodes > 1 else ""
     log.info("launching %d processes%s: %s", cfg.processes, where, shlex.join(cmd))
@@ -113,7 +116,7 @@ def launch(module: str, argv: list[str], cfg, node_rank: int = 0) -> Launched:
 
 
 def torchrun() -> None:
-    """torchrun itself (argv: its options, then the worker's), except that it fails in a file,
+    """torchrun itself (argv: TORCHRUN, its options, then the worker's), except that it fails in a file,
     for the launcher's one line, not in a traceback and log lines: a rendezvous that fails (a
     node that never came, a node 0 that never listened) exits RDZV_FAILED with torch's reason,
     a worker that fails exits 1 with the first failure."""
@@ -127,7 +130,7 @@ def torchrun() -> None:
                 logging.getLogger(name).setLevel(logging.CRITICAL)
     folder = Path(os.environ[LAUNCH_DIR])
     try:
-        main(sys.argv[1:])
+        main(sys.argv[2:])
     except DistError as err:
         if not any(f.name == "next_rendezvous" for f in traceback.extract_tb(err.__traceback__)):
             raise
@@ -246,6 +249,22 @@ def with_overrides(params: str, overrides: list[str], folder: Path) -> str:
     return str(path)
 
 
+def reach_node_0(endpoint: str, timeout: float) -> str:
+    """Wait up to `timeout` seconds for node 0's rendezvous port to accept a connection -> ""
+    once it does, else why not. torch's TCP store client, which would wait instead, tries a
+    second time once its timeout is spent (twice the time) and prints 40 lines of C++ stacks."""
+    host, _, port = endpoint.rpartition(":")
+    deadline, why = time.monotonic() + timeout, "nothing answered"
+    while (left := deadline - time.monotonic()) > 0:
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=min(left, 5)):
+                return ""
+        except OSError as err:
+            why = err.strerror or str(err) or type(err).__name__
+        time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
+    return f"{why} at {endpoint}"
+
+
 def join(argv: list[str] | None = None) -> None:
     """Join the train stage that node 0 runs: this node's train.processes workers train
     with the others; their outputs (curve, checkpoint) go to a temp folder, deleted after."""
@@ -271,14 +290,16 @@ def join(argv: list[str] | None = None) -> None:
                           model_dir=str(folder / "model-dir"), curve=str(folder / "curve"),
                           guards=str(folder / "guards"), movement=str(folder / "movement"),
                           run_file=str(folder / "run-file"), checkpoint_dir=str(folder / "checkpoint-dir"))
-        launched = launch("stages.train", node.argv(), cfg, args.node_rank)
+        unreached = reach_node_0(cfg.rdzv_endpoint, cfg.rdzv_timeout)
+        launched = None if unreached else launch("stages.train", node.argv(), cfg, args.node_rank)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    if launched.rendezvous:
+    why = unreached if launched is None else launched.rendezvous
+    if launched is None or why:
         raise UserError(f"node {args.node_rank} could not join node 0 at train.rdzv_endpoint="
                         f"{cfg.rdzv_endpoint} within train.rdzv_timeout={cfg.rdzv_timeout} s "
-                        f"({launched.rendezvous}): start the train stage on node 0 (dvc repro) and check "
-                        "that this node reaches it.")
+                        f"({why}): start the train stage on node 0 (dvc repro) and check that this node "
+                        "reaches it.")
     if launched.rc != 0:
         raise UserError(f"node {args.node_rank} failed: {launched.failure}" if launched.failure else
                         f"node {args.node_rank} failed (torchrun exit {launched.rc}); the failing rank's "
@@ -287,4 +308,7 @@ def join(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    run_stage(join)
+    if sys.argv[1:2] == [TORCHRUN]:
+        torchrun()
+    else:
+        run_stage(join)
