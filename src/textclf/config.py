@@ -1,5 +1,5 @@
 """Typed params.yaml sections (textclf.section checks them whenever they are built, from
-params.yaml or in code: `TrainParams(epochs=0)` fails as `-S train.epochs=0` does).
+params.yaml or in code: `TrainParams(epochs=-1)` fails as `-S train.epochs=-1` does).
 
 Every section of params.yaml is validated whenever any section is loaded, so a typo anywhere
 fails the first stage that runs instead of being silently ignored. Each default equals
@@ -148,7 +148,16 @@ class ModelParams(Section):
 @dataclass(frozen=True)
 class TrainParams(Section):
     where = "train"
-    epochs: int = ranged(6, 1)
+    # 0: as many as train.budget_minutes holds, at most 6 (textclf.train.pace.AUTO_EPOCHS);
+    # N: exactly N epochs, whatever they cost (the estimate is still said after 7 steps)
+    epochs: int = ranged(0, 0)
+    # epochs 0: the steps, validations included, that fit in this many minutes at the pace
+    # measured over the first steps (0: no budget, 6 epochs). The step count then follows the
+    # machine's speed: the run logs it, and train.max_steps=N repeats it anywhere
+    budget_minutes: float = ranged(20.0, 0)
+    # probe: LP-FT, the head's last layer starts as a logistic regression on the frozen
+    # encoder's features (stage features); random: as the model's constructor left it
+    head_init: Literal["probe", "random"] = "probe"
     batch_size: int = ranged(8, 1)
     encoder: Literal["finetune", "freeze", "last_k"] = "finetune"
     trainable_layers: int = ranged(2, 1)  # last_k: how many top transformer layers train

@@ -9,6 +9,7 @@ import logging
 import numpy as np
 import torch
 from torch import nn
+from tqdm.auto import tqdm
 
 from textclf.inference.frames import sorted_batches
 from textclf.inference.pooling import pool_logits
@@ -66,19 +67,20 @@ def inference_device(precision: str = "auto") -> tuple[torch.device, str]:
 @torch.inference_mode()
 def predict_proba(model: nn.Module, input_ids: list[list[int]], batch_size: int, pad_id: int,
                   device: torch.device, mixed: str = "no", owner: np.ndarray | None = None,
-                  pooling: str = "mean", multilabel: bool = False) -> np.ndarray:
+                  pooling: str = "mean", multilabel: bool = False, desc: str = "") -> np.ndarray:
     """Class probabilities (N, C) in input order, with bf16 autocast when mixed == "bf16";
     `multilabel`: each label's own probability (sigmoid), not a distribution over classes.
     Validation and evaluation both use this one forward path, so the attention mask cannot
     be dropped at eval time. With `owner` (tokenize.truncation chunks: the document of each
     row), a document's probabilities are the softmax of its rows' logits pooled by `pooling`
-    (model.chunk_pooling) -> (documents, C)."""
+    (model.chunk_pooling) -> (documents, C). `desc` names a progress bar (validation, test:
+    minutes on a large split); "" shows none (a served request)."""
     activation = activate_sigmoid if multilabel else activate_softmax
     if owner is not None:
-        pooled = pool_logits(row_outputs(model, input_ids, batch_size, pad_id, device, mixed, None),
+        pooled = pool_logits(row_outputs(model, input_ids, batch_size, pad_id, device, mixed, None, desc),
                              owner, pooling)
         return activation(torch.from_numpy(pooled)).numpy()
-    return row_outputs(model, input_ids, batch_size, pad_id, device, mixed, activation)
+    return row_outputs(model, input_ids, batch_size, pad_id, device, mixed, activation, desc)
 
 
 def activate_softmax(logits: torch.Tensor) -> torch.Tensor:
@@ -91,15 +93,15 @@ def activate_sigmoid(logits: torch.Tensor) -> torch.Tensor:
 
 @torch.inference_mode()
 def row_outputs(model: nn.Module, input_ids: list[list[int]], batch_size: int, pad_id: int,
-                device: torch.device, mixed: str, activation) -> np.ndarray:
+                device: torch.device, mixed: str, activation, desc: str = "") -> np.ndarray:
     """(N, C) probabilities (`activation` of the float32 logits) or, with None, the logits of
-    every row, in input order."""
+    every row, in input order; a progress bar named `desc` unless it is ""."""
     was_training = model.training
     model.eval()
     collate = Collator(pad_id)
     lengths = [len(s) for s in input_ids]
     out: list = [None] * len(input_ids)  # (C,) rows, filled batch by batch
-    for idx in sorted_batches(lengths, batch_size):
+    for idx in tqdm(sorted_batches(lengths, batch_size), desc=desc, disable=not desc, leave=False, unit="batch"):
         batch = collate([(input_ids[i], -1) for i in idx])
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=mixed == "bf16"):
             logits = model(batch["input_ids"].to(device), batch["attention_mask"].to(device))  # (B, C)

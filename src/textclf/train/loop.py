@@ -11,6 +11,7 @@ import dataclasses
 import logging
 import math
 import os
+import time
 from dataclasses import dataclass, field
 from typing import Callable, cast
 
@@ -24,7 +25,7 @@ from tqdm.auto import tqdm
 
 from textclf.model.batching import PAD_LABEL, Collator, LengthGroupedBatchSampler, RankShard, Split, TokenDataset
 from textclf.train.checkpoint import Checkpointer, Progress
-from textclf.train.pace import Pace, duration, plan
+from textclf.train.pace import Pace, StepPlan, cut_to_budget, duration, plan, step_plan
 from textclf.train.selection import EpochSelector, validation_scores
 from textclf.config import TrainParams
 from textclf.data.tokens import TokenIds
@@ -70,6 +71,8 @@ class TrainJob:
     class_weight: np.ndarray | None = None
     chunk_pooling: str = "mean"
     pace: Pace | None = None  # fit's: times the first steps, for the run's estimate
+    steps: StepPlan | None = None  # fit's: the steps in all, cut to train.budget_minutes once paced
+    started: float = 0.0  # fit's: when the training began (time.perf_counter), for the budget
 
 
 @dataclass(frozen=True)
@@ -105,16 +108,17 @@ def make_accelerator(precision: str = "auto") -> Accelerator:
                          "keeps one per process: train in a new process (each DVC stage is one).") from err
 
 
-def lr_factor(total_steps: int, warmup_ratio: float, schedule: str) -> Callable[[int], float]:
-    """Linear warmup, then linear decay to 0 (`linear`) or flat (`constant`)."""
-    warmup = math.ceil(total_steps * warmup_ratio)
-
+def lr_factor(total_steps: int | Callable[[], int], warmup_ratio: float, schedule: str) -> Callable[[int], float]:
+    """Linear warmup, then linear decay to 0 (`linear`) or flat (`constant`). `total_steps`
+    may be read at each step (a StepPlan's, which train.budget_minutes cuts once paced)."""
     def factor(step: int) -> float:
+        total = total_steps() if callable(total_steps) else total_steps
+        warmup = math.ceil(total * warmup_ratio)
         if step < warmup:
             return (step + 1) / warmup
         if schedule == "constant":
             return 1.0
-        return max(0.0, (total_steps - step) / max(1, total_steps - warmup))
+        return max(0.0, (total - step) / max(1, total - warmup))
     return factor
 
 
@@ -131,7 +135,7 @@ def make_train_loader(train: Split, cfg: TrainParams, pad_id: int, rank: int = 0
                       pin_memory=torch.cuda.is_available())
 
 
-def make_scheduler(optimizer: torch.optim.Optimizer, total_steps: int,
+def make_scheduler(optimizer: torch.optim.Optimizer, total_steps: int | Callable[[], int],
                    cfg: TrainParams) -> torch.optim.lr_scheduler.LambdaLR:
     return torch.optim.lr_scheduler.LambdaLR(
         optimizer, lr_factor(total_steps, cfg.warmup_ratio, cfg.scheduler))
@@ -164,7 +168,8 @@ def train_steps(job: TrainJob, scheduler, loader: DataLoader, span: Span = Span(
     # the bar starts at the resumed step and counts the batches trained on, not those skipped
     # (counted twice, they ran past the epoch's total), its rate and ETA theirs alone
     postfix = {} if pace is None or pace.estimate is None else {"run": run_time(pace.estimate)}
-    bar = tqdm(batches, desc=f"epoch {span.epoch}/{cfg.epochs}", total=min(max_steps or len(loader), len(loader)),
+    epochs = cfg.epochs if job.steps is None else job.steps.epochs
+    bar = tqdm(batches, desc=f"epoch {span.epoch}/{epochs}", total=min(max_steps or len(loader), len(loader)),
                initial=first_step, disable=not accelerator.is_local_main_process, postfix=postfix or None)
     step = first_step
     for step, batch in enumerate(bar, first_step + 1):
@@ -181,7 +186,8 @@ def train_steps(job: TrainJob, scheduler, loader: DataLoader, span: Span = Span(
         optimizer.zero_grad(set_to_none=True)
         loss_sum += loss.detach()  # stays on the device: no host sync per step
         if pace is not None and (estimate := pace.tick(batch["input_ids"].numel(), loss_sum.item)):
-            said(job, pace, estimate)
+            max_steps = budgeted(job, pace, span.epoch, step, bar) or max_steps
+            said(job, pace, pace.estimate or estimate)
             postfix["run"] = run_time(estimate)
             bar.set_postfix(postfix)
         if step % LOG_EVERY == 0:
@@ -194,6 +200,22 @@ def train_steps(job: TrainJob, scheduler, loader: DataLoader, span: Span = Span(
     if pace is not None and (estimate := pace.finish(loss_sum.item)):  # a run shorter than the timed steps
         said(job, pace, estimate)
     return loss_sum, step
+
+
+def budgeted(job: TrainJob, pace: Pace, epoch: int, step: int, bar) -> int | None:
+    """train.budget_minutes, once the pace is known at `step` of `epoch`: the plan cut to the
+    budget (said once) -> this epoch's last step where the cut ends it early, else None."""
+    plan = job.steps
+    if plan is None or plan.decided:
+        return None
+    line = cut_to_budget(plan, pace, (epoch - 1) * plan.per_epoch + step, pace.clock() - job.started)
+    if job.accelerator.is_main_process:
+        log.info("%s", line)
+    last = plan.total - (epoch - 1) * plan.per_epoch
+    if last < plan.per_epoch:
+        bar.total = last
+        return last
+    return None
 
 
 def run_time(estimate: dict) -> str:
@@ -260,25 +282,30 @@ def global_count(labels: torch.Tensor, accelerator: Accelerator) -> torch.Tensor
 def fit(job: TrainJob) -> nn.Module:
     """Train the job's model, epoch after epoch (end_epoch after each), resuming from the
     checkpoint its checkpointer found -> the model with the kept epoch's weights. Every rank
-    decides alike when to stop: each scores the whole validation split."""
+    decides alike when to stop: each scores the whole validation split (and the budget's cut,
+    from rank 0's pace, is the same on every rank only with one process: several processes
+    train a budget from the params alone, see train_steps_plan)."""
     cfg, accelerator, selector = job.params, job.accelerator, job.selector
     loader = make_train_loader(job.train, cfg, job.pad_id, accelerator.process_index, accelerator.num_processes)
     sampler = cast("LengthGroupedBatchSampler | RankShard", loader.batch_sampler)  # make_train_loader's
-    total = cfg.epochs * len(loader) if cfg.max_steps == 0 else min(cfg.max_steps, cfg.epochs * len(loader))
-    scheduler = make_scheduler(job.optimizer, total, cfg)  # the schedule ends where training does
+    steps = train_steps_plan(cfg, len(loader), accelerator.num_processes)
+    if job.checkpointer is not None:
+        job.checkpointer.attach(steps=steps)  # resumed: the steps decided before
+    scheduler = make_scheduler(job.optimizer, lambda: steps.total, cfg)  # the schedule ends where training does
     model, optimizer, scheduler = accelerator.prepare(job.model, job.optimizer, scheduler)
     if accelerator.num_processes == 1:  # one process: Accelerate's loader (device placement, RNG
         loader = accelerator.prepare(loader)  # handling) exactly as before; N: RankShard shards
-    job = dataclasses.replace(job, model=model, optimizer=optimizer)  # the steps run the prepared ones
+    job = dataclasses.replace(job, model=model, optimizer=optimizer, steps=steps)  # the steps run the prepared ones
     start = job.checkpointer.restore(accelerator) if job.checkpointer else Progress()
     log.info("before the first step: %s resident (data, model, optimizer)", resident())
     sampler.set_epoch(start.epoch + 1)  # the first epoch's batches, to count its tokens (set again below)
-    pace = plan(sampler, lengths_of(job.train.input_ids), total, start.epoch * len(loader) + start.step,
+    pace = plan(sampler, lengths_of(job.train.input_ids), steps.total, start.epoch * len(loader) + start.step,
                 len(job.train.labels), lengths_of(job.validation.input_ids))
     if accelerator.is_main_process:
         log.info("%s", pace.plan_line(cfg.batch_size))
-    job = dataclasses.replace(job, pace=pace)  # the steps time themselves with it
-    for epoch in range(start.epoch + 1, math.ceil(total / len(loader)) + 1):
+    job = dataclasses.replace(job, pace=pace, started=pace.clock())  # the steps time themselves with it
+    epoch = start.epoch
+    while (epoch := epoch + 1) <= steps.epochs:
         if selector.should_stop():  # checked first, so a resumed training stops alike
             log.info("stopping early before epoch %d: no better validation %s for %d epochs "
                      "(train.patience)", epoch, selector.metric, selector.patience)
@@ -287,14 +314,26 @@ def fit(job: TrainJob) -> nn.Module:
         if hasattr(loader, "set_epoch"):
             loader.set_epoch(epoch)
         resumed = epoch == start.epoch + 1
-        left = total - (epoch - 1) * len(loader)  # train.max_steps may end this epoch early
+        left = steps.total - (epoch - 1) * len(loader)  # train.max_steps may end this epoch early
         span = Span(epoch, start.step if resumed else 0, start.loss_sum if resumed else 0.0,
                     left if left < len(loader) else None)
-        loss_sum, steps = train_steps(job, scheduler, loader, span)
-        end_epoch(job, epoch, accelerator.reduce(loss_sum, "mean").item() / steps)
+        loss_sum, taken = train_steps(job, scheduler, loader, span)
+        end_epoch(job, epoch, accelerator.reduce(loss_sum, "mean").item() / taken)
     model = accelerator.unwrap_model(model)
     selector.restore(model)
     return model
+
+
+def train_steps_plan(cfg: TrainParams, per_epoch: int, processes: int) -> StepPlan:
+    """The params' StepPlan. With several processes the budget is not applied (each rank
+    would measure its own pace and could stop at another step): said once, the epochs' cap
+    trains instead."""
+    steps = step_plan(cfg.epochs, cfg.max_steps, cfg.budget_minutes, per_epoch)
+    if processes > 1 and not steps.decided:
+        log.warning("train.budget_minutes=%g is not applied on %d processes: train.epochs 0 trains %d epochs; "
+                    "set train.epochs or train.max_steps to choose", cfg.budget_minutes, processes, steps.epochs)
+        steps.decided = True
+    return steps
 
 
 def lengths_of(ids: TokenIds | list[list[int]]) -> list[int] | np.ndarray:
@@ -308,10 +347,12 @@ def end_epoch(job: TrainJob, epoch: int, train_loss: float) -> None:
     model = accelerator.unwrap_model(job.model)
     probs = predict_proba(model, val.input_ids, job.params.batch_size * 2, job.pad_id, accelerator.device,
                           accelerator.mixed_precision, owner=val.owner, pooling=job.chunk_pooling,
-                          multilabel=val.multilabel)  # (documents, C)
-    row = {"epoch": epoch, "train_loss": train_loss, **validation_scores(probs, val)}
+                          multilabel=val.multilabel, desc=f"validation {epoch}")  # (documents, C)
+    row = {"epoch": epoch, "train_loss": train_loss, **validation_scores(probs, val),
+           "train_seconds": time.perf_counter() - job.started if job.started else 0.0,
+           "cpu_seconds": time.process_time()}
     log.info("epoch %d: %s", epoch, row)
-    job.selector.update(row, model)
+    job.selector.update(row, model, probs)
     if accelerator.is_main_process and callbacks.on_epoch is not None:
         callbacks.on_epoch(row, probs)
     if job.checkpointer is not None:

@@ -1,5 +1,6 @@
 """What a training will cost, said after its first few optimizer steps: the measured steps/s and
-documents/s, and the estimated seconds of the whole run (its steps and validations)."""
+documents/s, and the estimated seconds of the whole run (its steps and validations); and, with
+train.budget_minutes, how many steps fit the budget (StepPlan)."""
 from __future__ import annotations
 
 import math
@@ -14,6 +15,7 @@ TIMED_STEPS = 6  # then these are timed: a few seconds on a CPU, the estimate wi
 # validation runs the forward pass alone, about a third of a training step's work per token
 # (forward + backward ≈ 3 forwards), on every validation row once per epoch
 FORWARD_SHARE = 1 / 3
+AUTO_EPOCHS = 6  # train.epochs 0: at most this many, fewer where train.budget_minutes says
 
 
 def padded_tokens(batches: Iterable[list[int]], lengths: np.ndarray) -> int:
@@ -39,6 +41,7 @@ class Pace:
     validation_tokens: int
     clock: Callable[[], float] = time.perf_counter
     estimate: dict[str, float] | None = None
+    per_token: float = 0.0  # measured seconds per padded token slot of a training step
     _seen: int = 0
     _timed_tokens: int = 0
     _start: float = 0.0
@@ -63,15 +66,25 @@ class Pace:
             return None
         sync()
         seconds = self.clock() - self._start
-        per_token = seconds / max(1, self._timed_tokens)
-        steps_per_s = timed / seconds
-        train_s = per_token * self.tokens
-        validation_s = per_token * FORWARD_SHARE * self.validation_tokens * self.validations
+        self.per_token = seconds / max(1, self._timed_tokens)
+        return self.reestimate(timed / seconds)
+
+    def reestimate(self, steps_per_s: float) -> dict[str, float]:
+        """The estimate of the steps and validations left, at the measured pace -> it."""
+        validation_s = self.validation_seconds() * self.validations
         self.estimate = {"train_steps_per_s": steps_per_s,
                          "train_documents_per_s": steps_per_s * self.documents / self.steps_per_epoch,
-                         "estimated_train_seconds": train_s + validation_s,
+                         "estimated_train_seconds": self.per_token * self.tokens + validation_s,
                          "estimated_validation_seconds": validation_s}
         return self.estimate
+
+    def step_seconds(self) -> float:
+        """An average step's seconds (the steps left's padded tokens, measured pace)."""
+        return self.per_token * self.tokens / max(1, self.steps)
+
+    def validation_seconds(self) -> float:
+        """One pass over validation (forward only), at the measured pace."""
+        return self.per_token * FORWARD_SHARE * self.validation_tokens
 
     def plan_line(self, batch_size: int) -> str:
         """What is said before the first step."""
@@ -111,3 +124,67 @@ def duration(seconds: float) -> str:
     if s >= 60:
         return f"{s // 60} min {s % 60:02d} s"
     return f"{s} s"
+
+
+@dataclass
+class StepPlan:
+    """How many optimizer steps a training takes (`total`, `per_epoch` an epoch):
+    train.max_steps, else train.epochs' steps, else (train.epochs 0) AUTO_EPOCHS' steps cut,
+    once the pace is measured, to what train.budget_minutes holds (`budget_s`, 0: none;
+    `decided` once cut). Rides in the checkpoint: a resumed training keeps the steps decided."""
+    total: int
+    per_epoch: int
+    budget_s: float = 0.0
+    decided: bool = True
+
+    def state_dict(self) -> dict:
+        return {"total": self.total, "decided": self.decided}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.total, self.decided = state["total"], state["decided"]
+
+    @property
+    def epochs(self) -> int:
+        return math.ceil(self.total / self.per_epoch)
+
+
+def step_plan(epochs: int, max_steps: int, budget_minutes: float, per_epoch: int) -> StepPlan:
+    """The params' plan before the first step (see StepPlan)."""
+    cap = (epochs or AUTO_EPOCHS) * per_epoch
+    total = cap if max_steps == 0 else min(max_steps, cap)
+    budgeted = epochs == 0 and max_steps == 0 and budget_minutes > 0
+    return StepPlan(total, per_epoch, budget_minutes * 60 if budgeted else 0.0, decided=not budgeted)
+
+
+def steps_within(seconds: float, taken: int, plan: StepPlan, step_s: float, validation_s: float) -> int:
+    """The most steps in all (at least `taken`, at most plan.total) whose steps left
+    (`step_s` each) and validations (`validation_s` each: after every epoch, and after the
+    last step) fit in `seconds`."""
+    best = taken
+    for epochs in range(1, plan.epochs + 1):
+        room = (seconds - epochs * validation_s) / max(step_s, 1e-9)
+        steps = min(epochs * plan.per_epoch, plan.total, taken + int(room))
+        if steps > (epochs - 1) * plan.per_epoch:  # this many validations: a step of the epoch at least
+            best = max(best, steps)
+    return best
+
+
+def cut_to_budget(plan: StepPlan, pace: Pace, taken: int, elapsed: float) -> str:
+    """train.budget_minutes, once the pace is known, `taken` steps and `elapsed` seconds
+    into the training: plan.total (and pace.steps) cut to what the rest of the budget holds
+    -> the line that says so."""
+    cap = plan.total
+    plan.total = steps_within(plan.budget_s - elapsed, taken, plan, pace.step_seconds(), pace.validation_seconds())
+    plan.decided = True
+    left = plan.total - pace.done
+    pace.tokens, pace.steps = int(pace.tokens * left / max(1, pace.steps)), left
+    pace.validations = plan.epochs - pace.done // plan.per_epoch
+    if pace.estimate is not None:
+        pace.reestimate(pace.estimate["train_steps_per_s"])
+    minutes = plan.budget_s / 60
+    if plan.total == cap:
+        return (f"train.budget_minutes={minutes:g}: all {cap} steps ({cap / plan.per_epoch:.3g} epochs) fit, "
+                f"with {plan.epochs} validations")
+    return (f"train.budget_minutes={minutes:g}: {plan.total} of {cap} steps fit ({plan.total / plan.per_epoch:.2f} "
+            f"epochs of {plan.per_epoch}), with {plan.epochs} validations; the step count follows this machine's "
+            f"pace: -S train.max_steps={plan.total} repeats this training anywhere")

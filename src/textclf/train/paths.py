@@ -30,6 +30,7 @@ class TrainPaths(TrainInputs):
     movement: str
     run_file: str
     val_predictions: str = ""  # the kept model's validation predictions (parquet); "": not written
+    features: str = ""  # the features stage's output (train.head_init probe); "": computed here
     lock: str = "dvc.lock"
 
     def argv(self) -> list[str]:

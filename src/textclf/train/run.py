@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +40,8 @@ from textclf.train.loop import Callbacks, TrainJob, fit, make_accelerator
 from textclf.train.selection import EpochSelector
 from textclf.train.setfit import check_setfit, fit_setfit
 from textclf.train.paths import TrainInputs, TrainPaths
+from textclf.train.features import compute_features
+from textclf.train.probe import feature_key, init_from_probe, read_features, skipped_why
 from textclf.train.targets import calibrate, loss_weights, tuned_thresholds, validation_proba, write_validation
 from textclf.train.records import EpochLogger, GuardBook, NoTracking, RunLog, Tracker
 
@@ -79,10 +82,22 @@ class Trained:
     book: GuardBook
 
 
-def prepare(job: Training, book: GuardBook) -> tuple[nn.Module, torch.optim.Optimizer, set[str]]:
-    """Build the model, audit it, apply the encoder policy, build and check the optimizer."""
+def prepare(job: Training, book: GuardBook,
+            class_weight: np.ndarray | None) -> tuple[nn.Module, torch.optim.Optimizer, set[str]]:
+    """Build the model (its head from the probe, train.head_init), audit it, apply the encoder
+    policy, build and check the optimizer."""
     cfg, model_cfg = job.params.train, job.params.model
     model, new = build_model(model_cfg, job.labels, multilabel=job.splits["train"].multilabel)
+    if skipped_why(job.params) is None:
+        started = time.perf_counter()
+        features = (read_features(job.paths.features, feature_key(job.params)) if job.paths.features else
+                    compute_features(model.to(job.accelerator.device), len(job.labels), job.splits,
+                                     pad_id(job.tokenizer), job.accelerator.device, job.accelerator.mixed_precision))
+        scores = init_from_probe(features, model, len(job.labels), job.splits, class_weight, model_cfg.chunk_pooling)
+        log.info("train.head_init probe: the head starts as a logistic regression on the frozen encoder's features "
+                 "(%.1f s): validation accuracy %.4f, macro-F1 %.4f before the first step", time.perf_counter() - started,
+                 scores["val_accuracy"], scores["val_macro_f1"])
+        book.tracker.log_metrics({f"probe_{k}": v for k, v in scores.items()})
     probe = Collator(pad_id(job.tokenizer))([(ids, -1) for ids in job.splits["train"].input_ids[:2]])
     unused = find_unused(model, probe["input_ids"], probe["attention_mask"])
     encoder = encoder_param_names(model)
@@ -183,13 +198,14 @@ def train(job: Training) -> Trained:
         # reads its history), whether a kill, a full disk or a failing store kept them back
         tracker.log_metrics({k: v for k, v in row.items() if k != "epoch"}, step=row["epoch"])
     tracker.flush()  # now: the stale-run sweep finds a killed run by its process tags
-    model, optimizer, encoder = prepare(job, book)
+    class_weight = loss_weights(job)
+    model, optimizer, encoder = prepare(job, book, class_weight)
     tracker.flush()  # the guards' tags
     before = guards.snapshot(model)  # the seeded initial weights, rebuilt the same on resume
     loop_job = TrainJob(model, optimizer, job.splits["train"], job.splits["validation"], cfg, pad_id(job.tokenizer),
                         job.accelerator, Callbacks(on_epoch=curve, on_saved=lambda epoch: tracker.flush(),
                                                    on_estimate=lambda values, step: log_now(tracker, values, step)),
-                        checkpointer=job.checkpointer, selector=selector, class_weight=loss_weights(job),
+                        checkpointer=job.checkpointer, selector=selector, class_weight=class_weight,
                         chunk_pooling=job.params.model.chunk_pooling)
     with deferred_interrupts():  # SIGINT/SIGTERM: checkpoint at the next step, then stop
         model = fit_setfit(loop_job) if cfg.method == "setfit" else fit(loop_job)
@@ -208,7 +224,8 @@ def save_and_upload(job: Training, trained: Trained, tracker: RunLog, active: Ac
     paths, selector, model = job.paths, trained.selector, trained.model
     # every local output first: a store that fails afterwards costs none of them
     tracker.log_metrics({"kept_epoch": selector.kept_epoch, "epochs_trained": selector.last_epoch})
-    probs = validation_proba(job, model)  # (documents, C), the kept weights
+    probs = trained.selector.probs  # (documents, C), the kept weights': the pass that chose them
+    probs = validation_proba(job, model) if probs is None else probs  # resumed past that epoch
     tuned = tuned_thresholds(job, probs)  # multi-label: the kept epoch is judged at them, as served
     if tuned is not None:
         trained.curve.use_thresholds(selector.kept_epoch, probs, np.array(list(tuned.values())))

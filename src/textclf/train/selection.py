@@ -47,6 +47,9 @@ class EpochSelector:
         self.best_key: list[float] | None = None  # key() of the best epoch's row
         self.best_row: dict[str, float] = {}
         self.weights: dict[str, torch.Tensor] | None = None
+        # the kept epoch's validation probabilities, when this process computed them: train's
+        # last pass over validation reuses them (not in the checkpoint: a resume recomputes)
+        self.probs: np.ndarray | None = None
 
     def state_dict(self) -> dict[str, Any]:
         return {"best_epoch": self.best_epoch, "best_key": self.best_key, "best_row": self.best_row,
@@ -63,11 +66,16 @@ class EpochSelector:
             return [-row["val_loss"]]
         return [row["val_macro_f1"], -row["val_loss"]]
 
-    def update(self, row: dict, model: nn.Module) -> None:
-        """After an epoch: row holds epoch, val_macro_f1 and val_loss."""
+    def update(self, row: dict, model: nn.Module, probs: np.ndarray | None = None) -> None:
+        """After an epoch: row holds epoch, val_macro_f1 and val_loss; `probs` the epoch's
+        validation probabilities (documents, C), kept with its weights."""
         self.last_epoch = row["epoch"]
         key = self.key(row)
+        if self.select == "last":
+            self.probs = probs
         if self.best_key is None or key > self.best_key:
+            if self.select == "best":
+                self.probs = probs
             self.best_epoch, self.best_key, self.best_row = row["epoch"], key, dict(row)
             if self.select == "best":  # separate copies: safetensors refuses shared (tied) storage
                 self.weights = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}

@@ -20,19 +20,17 @@ import math
 import numpy as np
 import torch
 import torch.nn.functional as F
-from sklearn.linear_model import LogisticRegression
 from torch import nn
 from tqdm.auto import tqdm
 
 from textclf.common import UserError, raise_if_interrupted
 from textclf.config import Params, check_setfit as check_params
-from textclf.inference.proba import row_outputs
 from textclf.model.batching import Collator
 from textclf.model.heads import PooledClassifier
 from textclf.train.loop import TrainJob, end_epoch, make_scheduler, resident
+from textclf.train.probe import fit_linear_head, head_features, row_weights
 
 log = logging.getLogger(__name__)
-HEAD_C = 1.0  # scikit-learn's default, which SetFit's head keeps
 
 
 def check_setfit(params: Params, multilabel: bool) -> None:
@@ -71,9 +69,9 @@ def contrastive_steps(job: TrainJob, model: PooledClassifier, pairs: np.ndarray,
     steps = math.ceil(len(pairs) / cfg.batch_size)
     total, count = 0.0, 0
     model.train()
-    for epoch in range(1, cfg.epochs + 1):
+    for epoch in range(1, passes(cfg) + 1):
         order = np.random.default_rng(cfg.seed + epoch).permutation(len(pairs))
-        for step in tqdm(range(steps), desc=f"pairs {epoch}/{cfg.epochs}",
+        for step in tqdm(range(steps), desc=f"pairs {epoch}/{passes(cfg)}",
                          disable=not accelerator.is_local_main_process):
             batch = pairs[order[step * cfg.batch_size:(step + 1) * cfg.batch_size]]  # (B, 3)
             sides = [collate([(ids[i], -1) for i in batch[:, k]]) for k in (0, 1)]
@@ -92,43 +90,24 @@ def contrastive_steps(job: TrainJob, model: PooledClassifier, pairs: np.ndarray,
     return total / max(count, 1)
 
 
-class _Embedding(nn.Module):
-    """The pooled head's embedding as a model's output, for row_outputs: (B, T) -> (B, H)."""
-
-    def __init__(self, model: PooledClassifier):
-        super().__init__()
-        self.model = model
-
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        return self.model.embed(input_ids, attention_mask)
-
-
 def fit_head(job: TrainJob, model: PooledClassifier) -> float:
     """The logistic regression on the training rows' embeddings, copied into model.classifier
-    -> its training log-loss. Rows weigh as in fit: windows of a document together one document,
-    times train.class_weights."""
+    (textclf.train.probe) -> its training log-loss. Rows weigh as in fit: windows of a document
+    together one document, times train.class_weights."""
     train, accelerator = job.train, job.accelerator
-    features = row_outputs(_Embedding(model), train.input_ids, job.params.batch_size * 2, job.pad_id,
-                           accelerator.device, accelerator.mixed_precision, None)  # (rows, H)
+    features = head_features(model, model.classifier, train.input_ids, job.params.batch_size * 2, job.pad_id,
+                             accelerator.device, accelerator.mixed_precision, "embeddings")  # (rows, H)
     y = np.asarray(train.row_labels())
-    weight = train.row_weights()
-    weight = np.ones(len(y)) if weight is None else weight.astype(np.float64)
-    if job.class_weight is not None:
-        weight = weight * np.asarray(job.class_weight)[y]
-    head = LogisticRegression(C=HEAD_C, max_iter=1000).fit(features, y, sample_weight=weight)
-    classes = model.classifier.out_features
-    if len(head.classes_) != classes:
-        missing = sorted(set(range(classes)) - set(head.classes_.tolist()))
-        raise UserError(f"train.method=setfit: classes {missing} have no training document; each class "
-                        "needs at least one (ingest.min_per_class).")
-    coef, bias = head.coef_, head.intercept_
-    if classes == 2:  # one logit s for class 1: softmax([-s/2, s/2]) is sigmoid(s)
-        coef, bias = np.vstack([-coef / 2, coef / 2]), np.r_[-bias / 2, bias / 2]
-    with torch.no_grad():
-        model.classifier.weight.copy_(torch.as_tensor(coef, dtype=model.classifier.weight.dtype))
-        model.classifier.bias.copy_(torch.as_tensor(bias, dtype=model.classifier.bias.dtype))
+    weight = row_weights(y, train.row_weights(), job.class_weight)
+    head = fit_linear_head(features, y, weight, model.classifier, "train.method=setfit", standardise=False)
     probs = head.predict_proba(features)  # (rows, C)
     return float(-(weight * np.log(probs[np.arange(len(y)), y].clip(1e-12))).sum() / weight.sum())
+
+
+def passes(cfg) -> int:
+    """train.epochs passes over the pairs; 0 (the budget's default, which setfit does not
+    use: minutes on tens of documents a class) is SetFit's default, one."""
+    return cfg.epochs or 1
 
 
 def fit_setfit(job: TrainJob) -> nn.Module:
@@ -137,7 +116,7 @@ def fit_setfit(job: TrainJob) -> nn.Module:
     cfg, accelerator = job.params, job.accelerator
     pairs = sample_pairs(np.asarray(job.train.row_labels()), cfg.setfit_iterations, cfg.seed)
     tunes = cfg.encoder != "freeze"
-    total = cfg.epochs * math.ceil(len(pairs) / cfg.batch_size)
+    total = passes(cfg) * math.ceil(len(pairs) / cfg.batch_size)
     scheduler = make_scheduler(job.optimizer, total, cfg)
     prepared, optimizer, scheduler = accelerator.prepare(job.model, job.optimizer, scheduler)
     job = dataclasses.replace(job, model=prepared, optimizer=optimizer)  # the steps run the prepared ones

@@ -56,7 +56,8 @@ def validation_proba(job: Training, model: nn.Module) -> np.ndarray:
     val = job.splits["validation"]
     return predict_proba(model, val.input_ids, job.params.train.batch_size * 2, pad_id(job.tokenizer),
                          job.accelerator.device, job.accelerator.mixed_precision, owner=val.owner,
-                         pooling=job.params.model.chunk_pooling, multilabel=val.multilabel)
+                         pooling=job.params.model.chunk_pooling, multilabel=val.multilabel,
+                         desc="validation")
 
 
 def tuned_thresholds(job: Training, probs: np.ndarray) -> dict[str, float] | None:
