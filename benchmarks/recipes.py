@@ -22,8 +22,8 @@ split by fit_baseline, which is deterministic, scoring validation); `silent`: cl
 >= MIN_TEST test documents at F1 0 where the baseline's is above 0. One JSON line per (corpus,
 recipe) is appended to --out (runs accumulate; the curve's cpu_seconds and validation scores
 where train writes them), a Markdown table is logged, and --plot draws every line of --out
-(benchmarks/recipes_plot.py). FRACTION is an estimate from issue 59's pace (0.75 s a step of 8
-at 128 tokens on 2 cores) for all of RECIPES in ~15 minutes a corpus, not yet a measured one.
+(benchmarks/recipes_plot.py). FRACTION aims at all of RECIPES in ~15 minutes a corpus on 2 cores:
+an estimate from issue 59's pace, not yet measured (see its comment).
 """
 from __future__ import annotations
 
@@ -50,7 +50,12 @@ from many_class import MIN_TEST, params, per_class_f1, stage  # noqa: E402  (the
 from throughput_helpers import table  # noqa: E402
 
 log = logging.getLogger("recipes")
-FRACTION = {"bbc": 0.4, "fortunes": 0.15, "stdlib": 0.1, "packages": 0.05}
+# ~15 minutes a corpus for every recipe, estimated (not measured): ~40 s of each train stage's
+# start and end, the two budgets' 4 minutes, and ~8.5 passes over the train split at issue 59's
+# 1.1 ms a token-document (0.75 s a step of 8 at ~85 tokens, 2 cores): bbc 336 documents (long:
+# 128 tokens each), fortunes 1 147 (short); stdlib (1 254) and packages (1 820) sit at the floor
+# of corpora.MIN_KEEP a class and will take longer (~20-25 minutes)
+FRACTION = {"bbc": 0.15, "fortunes": 0.07, "stdlib": 0.05, "packages": 0.05}
 BASE = ["tokenize.max_length=128"]  # issue 59's users ran 128; 256 (the default) doubles each step
 RECIPES = {
     "1epoch": ["train.epochs=1"],  # what issue 59's user ran
@@ -60,8 +65,8 @@ RECIPES = {
     "1epoch-hot": ["train.epochs=1", "train.lr_head=1.0e-2", "train.lr_encoder=2.0e-4", "train.warmup_ratio=0.0"],
     "1epoch-b32": ["train.epochs=1", "train.batch_size=32", "train.lr_encoder=2.0e-4"],
     "lpft-1epoch": ["train.epochs=1", "train.head_init=probe"],
-    "budget5": ["train.epochs=0", "train.budget_minutes=5"],
-    "lpft-budget5": ["train.epochs=0", "train.budget_minutes=5", "train.head_init=probe"],
+    "budget2": ["train.epochs=0", "train.budget_minutes=2"],
+    "lpft-budget2": ["train.epochs=0", "train.budget_minutes=2", "train.head_init=probe"],
 }
 SHARED = ("ingest", "split", "baseline")  # sections a recipe may not change: its data is the corpus's
 DATA = {"ingest": ("--corpus", "c.parquet", "--report", "r.json"),
@@ -69,8 +74,10 @@ DATA = {"ingest": ("--corpus", "c.parquet", "--report", "r.json"),
         "split": ("--corpus", "c.parquet", "--splits", "sp.parquet", "--counts", "n.json"),
         "baseline": ("--corpus", "c.parquet", "--splits", "sp.parquet", "--out", "b.json",
                      "--predictions", "bp.parquet")}
-# probe's arguments until stages/probe.py lands with its own (issue 59: LP-FT's frozen features)
+# probe's arguments, and train's that name its output, as planned for stages/probe.py (issue 59:
+# LP-FT's frozen features); set both to the stage's own when it lands
 PROBE_ARGS = ("--tokens", "{tokens}", "--splits", "../sp.parquet", "--out", "probe")
+TRAIN_PROBE_ARGS = ("--probe", "probe")
 GRID = np.round(np.linspace(0, 1, 11), 1)
 
 
@@ -150,13 +157,17 @@ def run_recipe(work: Path, name: str, overrides: list[str], shared: dict) -> dic
         tokens = "t.parquet"
         timed_stage("tokenize", folder, "--corpus", "../c.parquet", "--tokens", tokens, "--stats", "s.json",
                     "--histogram", "h.csv")
+    probe_args: tuple[str, ...] = ()
     if p["train"].get("head_init") == "probe" and (ROOT / "stages" / "probe.py").is_file():
         args = [a.format(tokens=tokens) for a in PROBE_ARGS]
         cost["probe wall s"], cost["probe cpu s"] = timed_stage("probe", folder, *args)
+        # train takes the probe's folder where its source names the argument; else it finds it itself
+        if f'"{TRAIN_PROBE_ARGS[0]}"' in (ROOT / "stages" / "train.py").read_text():
+            probe_args = TRAIN_PROBE_ARGS
     cost["train wall s"], cost["train cpu s"] = timed_stage(
         "train", folder, "--tokens", tokens, "--splits", "../sp.parquet", "--model-dir", "model", "--curve",
         "curve.csv", "--guards", "guards.json", "--movement", "mv.csv", "--run-file", "run.json",
-        "--checkpoint-dir", "ckpt", "--val-predictions", "vp.parquet")
+        "--checkpoint-dir", "ckpt", "--val-predictions", "vp.parquet", *probe_args)
     return cost
 
 

@@ -16,7 +16,8 @@ SLICE = 5  # files per package: ~8 s a build, 128 classes of 15 to 150 with this
 
 def digest(folder) -> str:
     files = sorted(p for p in folder.rglob("*.txt"))
-    return hashlib.sha256(b"".join(p.relative_to(folder).as_posix().encode() + p.read_bytes() for p in files)).hexdigest()
+    return hashlib.sha256(b"".join(p.relative_to(folder).as_posix().encode() + p.read_bytes()
+                                   for p in files)).hexdigest()
 
 
 def test_the_packages_corpus_has_many_imbalanced_classes_and_builds_the_same(tmp_path):
