@@ -12,7 +12,7 @@ concurrent (Future), os / shutil, the same docstring in two modules. Sources are
 math.sqrt, builtins): those are imported to read their __doc__. The test suites, site-packages
 and modules that act when imported (this, antigravity) are left out. The same Python gives
 the same corpus: the files are walked and written in sorted order. Nothing is committed:
-build it where a benchmark needs it (benchmarks/many_class.py does).
+build it where a benchmark needs it (benchmarks/corpora.py does, for many_class.py and recipes.py).
 """
 from __future__ import annotations
 
