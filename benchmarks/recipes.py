@@ -18,7 +18,8 @@ CPU-minutes are probe's + train's. A recipe whose params params.yaml does not ha
 Scores, on the test split: the fine-tune (the model folder's Predictor), the baseline (its stage's
 --predictions), and the blend p = w finetune + (1 - w) baseline, w in 0, 0.1, .. 1 chosen by
 validation macro-F1 alone (the fine-tune's --val-predictions; the baseline refitted on the train
-split by fit_baseline, which is deterministic, scoring validation); `silent`: classes with
+split by fit_baseline, which is deterministic, scoring validation). The baseline is the corpus's,
+fitted once: a recipe's own train.class_weights does not refit it. `silent`: classes with
 >= MIN_TEST test documents at F1 0 where the baseline's is above 0. One JSON line per (corpus,
 recipe) is appended to --out (runs accumulate; the curve's cpu_seconds and validation scores
 where train writes them), a Markdown table is logged, and --plot draws every line of --out
@@ -109,14 +110,15 @@ def prepare(corpus: str, work: Path, fraction: float, sets: list[str]) -> dict:
     """The corpus's data stages in `work`, once for every recipe -> its params (rerun only when they change)."""
     work.mkdir(parents=True, exist_ok=True)
     src = source(corpus, work, fraction)
-    staged = work / "staged.yaml"  # the params the data stages last ran on; params.yaml is rewritten below
+    staged = work / "staged.yaml"  # the params the data stages last ended on; params.yaml is rewritten below
     params(work, src, BASE + sets)
     p = yaml.safe_load((work / "params.yaml").read_text())
-    fresh = all((work / f).exists() for f in ("c.parquet", "t.parquet", "sp.parquet", "bp.parquet", "bvp.parquet"))
-    if write_if_changed(staged, p) or not fresh:
+    if not staged.is_file() or yaml.safe_load(staged.read_text()) != p:
+        staged.unlink(missing_ok=True)  # written again only once every data stage has ended
         for name, args in DATA.items():
             timed_stage(name, work, *args)
         baseline_validation(work, p)
+        write_if_changed(staged, p)
     return p
 
 
@@ -231,6 +233,7 @@ def measure(corpus: str, root: Path, fraction: float, names: list[str], sets: li
     work = root / corpus
     shared = prepare(corpus, work, fraction, sets)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
+    kept = json.loads((work / "r.json").read_text())["kept"]  # documents ingest kept
     rows = []
     for name in names:
         overrides = RECIPES[name] + sets
@@ -243,7 +246,7 @@ def measure(corpus: str, root: Path, fraction: float, names: list[str], sets: li
             log.error("recipe %s failed: %s", name, str(err)[-2000:])
             continue
         cpu = cost["probe cpu s"] + cost["train cpu s"]
-        rows.append({"corpus": corpus, "recipe": name, "fraction": fraction, "CPU min": cpu / 60,
+        rows.append({"corpus": corpus, "recipe": name, "fraction": fraction, "documents": kept, "CPU min": cpu / 60,
                      "wall min": (cost["probe wall s"] + cost["train wall s"]) / 60, **score(work, work / name),
                      **cost, "overrides": " ".join(BASE + overrides), "threads": os.environ.get("OMP_NUM_THREADS", ""),
                      "cores": os.cpu_count(), "commit": commit.strip(), "date": datetime.date.today().isoformat(),
