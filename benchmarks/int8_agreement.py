@@ -29,29 +29,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-FORTUNES = Path("/usr/share/games/fortunes")
-BBC = ROOT.parent / "shared" / "data" / "bbc"
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from corpora import BBC, FORTUNES, fortunes_corpus  # noqa: E402,F401  (others import them from here)
+
 log = logging.getLogger("int8-agreement")
-
-
-def fortunes_corpus(out: Path, min_texts: int) -> Path:
-    """/usr/share/games/fortunes -> out/<class>/<n>.txt; a file with fewer than min_texts
-    texts (pratchett: 2) is left out, as ingest.min_per_class would stop on it."""
-    if not FORTUNES.is_dir():
-        raise SystemExit("no /usr/share/games/fortunes: apt-get install -y fortunes fortunes-min")
-    for path in sorted(FORTUNES.iterdir()):
-        if path.suffix in (".dat", ".u8") or path.is_symlink() or not path.is_file():
-            continue
-        raw = path.read_text(encoding="utf-8", errors="replace")
-        texts = [t.strip() for t in re.split(r"^%$", raw, flags=re.M) if t.strip()]
-        if len(texts) < min_texts:
-            log.warning("left out %s: %d texts", path.name, len(texts))
-            continue
-        folder = out / path.name
-        folder.mkdir(parents=True, exist_ok=True)
-        for i, text in enumerate(texts):
-            (folder / f"{i:05d}.txt").write_text(text + "\n", encoding="utf-8")
-    return out
 
 
 def train(args) -> None:

@@ -4,11 +4,12 @@ fine-tune silences small classes that the TF-IDF baseline finds.
     OMP_NUM_THREADS=2 .venv/bin/python benchmarks/many_class.py                  # bbc fortunes stdlib
     .venv/bin/python benchmarks/many_class.py --corpora stdlib --set train.class_weights=none
 
-Corpora: bbc (/work/shared/data/bbc: 5 balanced classes), fortunes (Debian's fortune files,
-benchmarks/int8_agreement.py: 42 classes, 10 to 1 250 each) and stdlib (the standard library's
-docstrings by module, benchmarks/stdlib_corpus.py: 116 classes, 15 to 742 each, near-duplicate
-siblings with different labels). --fraction F keeps each class's first ceil(F n) documents
-(at least MIN_KEEP): the imbalance stays, the cost falls (fortunes defaults to 0.3).
+Corpora (benchmarks/corpora.py builds them): bbc (../shared/data/bbc: 5 balanced classes),
+fortunes (Debian's fortune files: 42 classes, 10 to 1 250 each), stdlib (the standard library's
+docstrings by module: 116 classes, 15 to 742 each, near-duplicate siblings with different
+labels) and packages (the venv's third-party packages' docstrings: ~180 classes, 15 to 150 each).
+--fraction F keeps each class's first ceil(F n) documents (at least corpora.MIN_KEEP): the
+imbalance stays, the cost falls (fortunes defaults to 0.3).
 Each stage runs as `python -m stages.<name>` in a fresh process in --work/<corpus>, with this
 checkout's src first on the path and params.yaml's defaults plus the short recipe (RECIPE, then
 each --set): ingest, tokenize, split, baseline (wall time, peak RSS of the stage process),
@@ -24,9 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import math
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -40,37 +39,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "src"), str(ROOT / "benchmarks")]
 from calibration import base_params  # noqa: E402
 from corpus_scale import CHILD  # noqa: E402  (a stage in a fresh process, its own peak RSS)
-from int8_agreement import BBC, fortunes_corpus  # noqa: E402
-from stdlib_corpus import build as stdlib_corpus  # noqa: E402
+from corpora import source  # noqa: E402
 from throughput_helpers import table  # noqa: E402
 
 log = logging.getLogger("many-class")
 RECIPE = ["tokenize.max_length=128", "train.epochs=2", "train.batch_size=16"]  # fits 2 cores; 1 epoch was too few
-FRACTION = {"bbc": 1.0, "fortunes": 0.3, "stdlib": 1.0}
-MIN_KEEP = 10  # a subsampled class keeps this many documents (ingest.min_per_class is 5)
+FRACTION = {"bbc": 1.0, "fortunes": 0.3, "stdlib": 1.0, "packages": 1.0}
 MIN_TEST = 5  # issue 50: a silent class has at least this many test documents
-
-
-def source(corpus: str, work: Path, fraction: float) -> Path:
-    """The corpus as a folder of class folders, each class cut to its first ceil(fraction n)."""
-    full = work / "full"
-    if not full.is_dir():
-        if corpus == "bbc":
-            shutil.copytree(BBC, full, ignore=shutil.ignore_patterns("README*"))
-        elif corpus == "fortunes":
-            fortunes_corpus(full, 5)
-        else:
-            stdlib_corpus(full, min_docs=15)
-    if fraction >= 1:
-        return full
-    cut = work / f"cut{fraction}"
-    if not cut.is_dir():
-        for folder in sorted(p for p in full.iterdir() if p.is_dir()):
-            files = sorted(folder.iterdir())
-            (cut / folder.name).mkdir(parents=True)
-            for f in files[:max(math.ceil(fraction * len(files)), min(len(files), MIN_KEEP))]:
-                shutil.copy(f, cut / folder.name / f.name)
-    return cut
 
 
 def params(work: Path, src: Path, overrides: list[str]) -> None:

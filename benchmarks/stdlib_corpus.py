@@ -12,7 +12,7 @@ concurrent (Future), os / shutil, the same docstring in two modules. Sources are
 math.sqrt, builtins): those are imported to read their __doc__. The test suites, site-packages
 and modules that act when imported (this, antigravity) are left out. The same Python gives
 the same corpus: the files are walked and written in sorted order. Nothing is committed:
-build it where a benchmark needs it (benchmarks/many_class.py does).
+build it where a benchmark needs it (benchmarks/corpora.py does, for many_class.py and recipes.py).
 """
 from __future__ import annotations
 
@@ -44,14 +44,20 @@ def source_docstrings(root: Path) -> list[tuple[str, str]]:
         rel = path.relative_to(root)
         if LEFT_OUT & {p.removesuffix(".py") for p in rel.parts} or rel.parts[0].startswith("config-"):
             continue
-        try:
-            tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
-        except SyntaxError:  # lib2to3's Python 2 fixtures
-            continue
         label = rel.parts[0].removesuffix(".py")
-        found += [(label, doc) for node in ast.walk(tree) if isinstance(node, DOCUMENTED)
-                  if (doc := ast.get_docstring(node))]
+        found += [(label, doc) for doc in file_docstrings(path)]
     return found
+
+
+def file_docstrings(path: Path) -> list[str]:
+    """The docstrings of every documented module, class and function of one .py file, in
+    ast.walk's order; none where it does not parse. Parsed, never imported (benchmarks/corpora.py
+    reads site-packages with it)."""
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
+    except (SyntaxError, ValueError):  # lib2to3's Python 2 fixtures; a null byte
+        return []
+    return [doc for node in ast.walk(tree) if isinstance(node, DOCUMENTED) if (doc := ast.get_docstring(node))]
 
 
 def c_docstrings() -> list[tuple[str, str]]:
