@@ -10,11 +10,11 @@ Per corpus (benchmarks/corpora.py; --fraction defaults to FRACTION's, each class
 ceil(F n) documents), ingest, tokenize, split and baseline run once in --work/<corpus> on
 params.yaml's defaults, BASE, then each --set (rerun only when those params change). Then per
 recipe (RECIPES: a name and its key=value overrides, then each --set) in --work/<corpus>/<recipe>,
-each in a fresh process: tokenize again where the recipe changes tokenize.*, probe where its
-train.head_init is probe and stages/probe.py exists (LP-FT), and train. The CPU seconds of a stage
+each in a fresh process: tokenize again where the recipe changes tokenize.*, features where its
+train.head_init is probe (LP-FT; shared by the recipes that read the corpus's tokens), and train. The CPU seconds of a stage
 are its process's user + system time (getrusage of the children, around each); training's
-CPU-minutes are probe's + train's. A recipe whose params params.yaml does not have yet
-(train.budget_minutes, train.head_init before they land) is skipped with a warning.
+CPU-minutes are features' + train's. A recipe whose params params.yaml does not have is
+skipped with a warning.
 Scores, on the test split: the fine-tune (the model folder's Predictor), the baseline (its stage's
 --predictions), and the blend p = w finetune + (1 - w) baseline, w in 0, 0.1, .. 1 chosen by
 validation macro-F1 alone (the fine-tune's --val-predictions; the baseline refitted on the train
@@ -33,6 +33,7 @@ import datetime
 import json
 import logging
 import os
+import re
 import resource
 import shutil
 import subprocess
@@ -58,27 +59,31 @@ log = logging.getLogger("recipes")
 # of corpora.MIN_KEEP a class and will take longer (~20-25 minutes)
 FRACTION = {"bbc": 0.15, "fortunes": 0.07, "stdlib": 0.05, "packages": 0.05}
 BASE = ["tokenize.max_length=128"]  # issue 59's users ran 128; 256 (the default) doubles each step
+# FT alone starts from a random head (head_init random); LP-FT from the probe (params.yaml's
+# default); probe: the probe alone (a step at a vanishing learning rate, the encoder frozen)
+# Fixed step counts (epochs), not budgets: on shared cores a budget's steps follow the load,
+# while CPU seconds barely do. The curve's points are each epoch's validation (train's curve
+# CSV, cpu_seconds), and for LP-FT the probe's (the features stage's CPU time, probe_val_*).
 RECIPES = {
-    "1epoch": ["train.epochs=1"],  # what issue 59's user ran
-    "2epochs-b16": ["train.epochs=2", "train.batch_size=16"],  # many_class.py's RECIPE
-    "1epoch-len64": ["train.epochs=1", "tokenize.max_length=64"],
-    "1epoch-bf16": ["train.epochs=1", "train.precision=bf16"],
-    "1epoch-hot": ["train.epochs=1", "train.lr_head=1.0e-2", "train.lr_encoder=2.0e-4", "train.warmup_ratio=0.0"],
-    "1epoch-b32": ["train.epochs=1", "train.batch_size=32", "train.lr_encoder=2.0e-4"],
+    "ft-2epochs": ["train.epochs=2", "train.head_init=random"],  # fine-tuning alone, a random head
+    "lpft-2epochs": ["train.epochs=2", "train.head_init=probe"],  # params.yaml's head
+    "probe": ["train.head_init=probe", "train.encoder=freeze", "train.max_steps=1", "train.lr_head=1.0e-12"],
+    "lpft-2epochs-b16": ["train.epochs=2", "train.batch_size=16"],
+    "lpft-2epochs-cold": ["train.epochs=2", "train.lr_head=1.0e-4"],  # the head kept near the probe
+    "lpft-2epochs-len64": ["train.epochs=2", "tokenize.max_length=64"],
+    "ft-1epoch": ["train.epochs=1", "train.head_init=random"],  # what issue 59's user ran
     "lpft-1epoch": ["train.epochs=1", "train.head_init=probe"],
-    "budget2": ["train.epochs=0", "train.budget_minutes=2"],
-    "lpft-budget2": ["train.epochs=0", "train.budget_minutes=2", "train.head_init=probe"],
+    "lpft-1epoch-cold": ["train.epochs=1", "train.lr_head=1.0e-4"],
+    "budget5": ["train.epochs=0", "train.budget_minutes=5"],  # the default recipe on a 5-minute budget
 }
+DEFAULT_RECIPES = ["ft-2epochs", "lpft-2epochs", "probe"]
 SHARED = ("ingest", "split", "baseline")  # sections a recipe may not change: its data is the corpus's
 DATA = {"ingest": ("--corpus", "c.parquet", "--report", "r.json"),
         "tokenize": ("--corpus", "c.parquet", "--tokens", "t.parquet", "--stats", "s.json", "--histogram", "h.csv"),
         "split": ("--corpus", "c.parquet", "--splits", "sp.parquet", "--counts", "n.json"),
         "baseline": ("--corpus", "c.parquet", "--splits", "sp.parquet", "--out", "b.json",
                      "--predictions", "bp.parquet")}
-# probe's arguments, and train's that name its output, as planned for stages/probe.py (issue 59:
-# LP-FT's frozen features); set both to the stage's own when it lands
-PROBE_ARGS = ("--tokens", "{tokens}", "--splits", "../sp.parquet", "--out", "probe")
-TRAIN_PROBE_ARGS = ("--probe", "probe")
+FEATURES: dict = {}  # folder holding f.safetensors -> its features stage's (wall s, CPU s), this run's
 GRID = np.round(np.linspace(0, 1, 11), 1)
 
 
@@ -160,12 +165,16 @@ def run_recipe(work: Path, name: str, overrides: list[str], shared: dict) -> dic
         timed_stage("tokenize", folder, "--corpus", "../c.parquet", "--tokens", tokens, "--stats", "s.json",
                     "--histogram", "h.csv")
     probe_args: tuple[str, ...] = ()
-    if p["train"].get("head_init") == "probe" and (ROOT / "stages" / "probe.py").is_file():
-        args = [a.format(tokens=tokens) for a in PROBE_ARGS]
-        cost["probe wall s"], cost["probe cpu s"] = timed_stage("probe", folder, *args)
-        # train takes the probe's folder where its source names the argument; else it finds it itself
-        if f'"{TRAIN_PROBE_ARGS[0]}"' in (ROOT / "stages" / "train.py").read_text():
-            probe_args = TRAIN_PROBE_ARGS
+    if p["train"].get("head_init") == "probe":
+        # the features stage's output, shared by the recipes that read the corpus's tokens (as DVC
+        # caches it per data version); its cost counts in each recipe that reads it
+        shared_out = tokens != "t.parquet"  # recipes that change no model param share them
+        out, owner = ("../f.safetensors", folder.parent) if shared_out else ("f.safetensors", folder)
+        if owner not in FEATURES:
+            FEATURES[owner] = timed_stage("features", folder, "--tokens", tokens, "--splits", "../sp.parquet",
+                                          "--out", out)
+        cost["probe wall s"], cost["probe cpu s"] = FEATURES[owner]
+        probe_args = ("--features", out)
     cost["train wall s"], cost["train cpu s"] = timed_stage(
         "train", folder, "--tokens", tokens, "--splits", "../sp.parquet", "--model-dir", "model", "--curve",
         "curve.csv", "--guards", "guards.json", "--movement", "mv.csv", "--run-file", "run.json",
@@ -224,8 +233,16 @@ def curve(folder: Path, probe_cpu: float) -> list[dict]:
     frame = pd.read_csv(path) if path.is_file() else pd.DataFrame()
     if "cpu_seconds" not in frame:
         return []
-    return [{"cpu_seconds": probe_cpu + float(r.cpu_seconds), "val_macro_f1": 100 * float(r.val_macro_f1),
-             "val_accuracy": 100 * float(r.val_accuracy)} for r in frame.itertuples()]
+    points = [{"cpu_seconds": probe_cpu + float(r.cpu_seconds), "val_macro_f1": 100 * float(r.val_macro_f1),
+               "val_accuracy": 100 * float(r.val_accuracy)} for r in frame.itertuples()]
+    # LP-FT's start: the probe's validation scores, which train logs before its first step, at
+    # the features stage's CPU time (train's own start-up, a few seconds, left out)
+    found = re.search(r"validation accuracy ([\d.]+), macro-F1 ([\d.]+) before the first step",
+                      (folder / "train.log").read_text() if (folder / "train.log").is_file() else "")
+    if found:
+        points.insert(0, {"cpu_seconds": probe_cpu, "val_accuracy": 100 * float(found[1]),
+                          "val_macro_f1": 100 * float(found[2])})
+    return points
 
 
 def measure(corpus: str, root: Path, fraction: float, names: list[str], sets: list[str]) -> list[dict]:
@@ -262,8 +279,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--corpora", nargs="+", default=list(CORPORA), choices=CORPORA)
     parser.add_argument("--fraction", type=float, default=None, help="of each class (default: FRACTION's)")
-    parser.add_argument("--recipes", nargs="+", default=list(RECIPES), choices=list(RECIPES), metavar="RECIPE",
-                        help=f"of {', '.join(RECIPES)} (default: all)")
+    parser.add_argument("--recipes", nargs="+", default=DEFAULT_RECIPES, choices=list(RECIPES), metavar="RECIPE",
+                        help=f"of {', '.join(RECIPES)} (default: {' '.join(DEFAULT_RECIPES)})")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a param over every recipe and the data stages")
     parser.add_argument("--work", type=Path, default=Path("/tmp/recipes-bench"))

@@ -22,7 +22,7 @@ def metrics(gap: float, guards=None) -> dict:
 
 def test_headline_gives_the_verdict_and_flags_a_worse_model_and_failed_guards():
     text = to_markdown(headline(metrics(-0.05)))
-    assert "significantly worse than the TF-IDF baseline" in text and "gap -0.0500" in text
+    assert "significantly worse than its TF-IDF baseline" in text and "gap -0.0500" in text
     assert "**Worse than the baseline**: -5.00 points" in text
     assert "**Better than the baseline**: +5.00 points" in to_markdown(headline(metrics(0.05)))
     noise = to_markdown(headline(metrics(0.01)))  # 3 documents of 300
@@ -34,6 +34,20 @@ def test_headline_gives_the_verdict_and_flags_a_worse_model_and_failed_guards():
     allowed = to_html(headline(metrics(0.01, {"load_audit": "allowed"})), "t")
     assert "Guard warnings: load_audit: allowed" in allowed and '<span class="note">allowed</span>' in allowed
     assert "alarm" not in allowed
+
+
+def test_the_first_line_says_when_the_served_model_is_below_its_baseline():
+    """Issue 59: a model below its baseline (here on macro-F1 alone, not significantly) is said
+    in the report's first line, with the recipe; one at or above it is not."""
+    below = metrics(0.0)
+    below["gap"] = {"accuracy": 0.0, "macro_f1": -0.116}
+    below["ensemble"] = {"accuracy": 0.792, "macro_f1": 0.642}
+    first = to_markdown(headline(below)).strip().splitlines()[0]
+    assert "below its TF-IDF baseline (macro-F1 -0.1160)" in first and "train.budget_minutes" in first
+    assert "accuracy 0.7920, macro-F1 0.6420" in first
+    worse = to_markdown(headline(metrics(-0.05))).strip().splitlines()[0]
+    assert "significantly worse than its TF-IDF baseline (accuracy -0.0500, macro-F1 -0.0500)" in worse
+    assert to_markdown(headline(metrics(0.05))).strip().startswith("**Test accuracy")
 
 
 def test_headline_with_no_champion_says_so_not_version_none():

@@ -43,7 +43,7 @@ def own_calibrations(folder: Path, meta: dict, validation: Split) -> dict:
     with tempfile.TemporaryDirectory() as tmp:  # each format alone, as evaluate checks and serves it
         for fmt in formats:
             probs = OnnxPredictor(format_folder(folder, fmt, Path(tmp) / fmt)).proba_of_ids(
-                validation.input_ids, validation.owner)  # (documents, C), raw
+                validation.input_ids, validation.owner, desc=f"{fmt}: validation")  # (documents, C), raw
             fitted[fmt] = fit(probs, y).to_dict()
             log.info("%s calibrated on its own %d validation probabilities: temperature %.4f (PyTorch's %.4f)",
                      fmt, len(y), fitted[fmt]["temperature"], meta["calibration"]["temperature"])

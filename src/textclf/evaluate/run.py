@@ -171,7 +171,8 @@ def score_test(paths: EvaluatePaths, params, model, labels: list[str], threshold
     model.to(device)
     pooling = folder_params(paths.model_dir)[1].chunk_pooling  # chunks: pooled as validation pooled
     probs = predict_proba(model, test.input_ids, cfg.batch_size, pad_id(load_tokenizer(paths.model_dir)), device,
-                          mixed, owner=test.owner, pooling=pooling, multilabel=thresholds is not None)  # (documents, C)
+                          mixed, owner=test.owner, pooling=pooling, multilabel=thresholds is not None,
+                          desc="test")  # (documents, C)
 
     def answer(p: np.ndarray) -> np.ndarray:  # per document: its class, or its label set
         return p.argmax(axis=1) if thresholds is None else np.asarray(label_sets(decide(p, thresholds), labels))

@@ -76,7 +76,7 @@ def check_format(folder: Path, input_ids, y_true: np.ndarray, torch_probs: np.nd
     per call -> {format, agreement, max_prob_diff, accuracy, verdict, comparison, batch_diff,
     single_calls, batch_differ, reasons (why it is not served; empty: it is), scored}."""
     exported = OnnxPredictor(folder, cfg.batch_size)
-    probs = exported.proba_of_ids(input_ids, owner)  # (N, C), the same token ids as PyTorch's
+    probs = exported.proba_of_ids(input_ids, owner, desc=f"{exported.format}: test")  # (N, C), the same token ids as PyTorch's
     alone = one_per_call(exported, input_ids, owner, probs, cfg.seed)
     ours, theirs = answer(probs), answer(torch_probs)
     agreement = float((ours == theirs).mean())

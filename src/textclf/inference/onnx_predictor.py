@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from tqdm.auto import tqdm
 
 from textclf.common import UserError, positive_int_env
 from textclf.data.tokenizing import RustTokenizer, encode_texts
@@ -87,19 +88,21 @@ class OnnxPredictor:
         self.session = session(export_dir / meta["file"])
         self.batch_size = batch_size
 
-    def proba_of_ids(self, input_ids, owner: np.ndarray | None = None) -> np.ndarray:
+    def proba_of_ids(self, input_ids, owner: np.ndarray | None = None, desc: str = "") -> np.ndarray:
         """Token ids (with special tokens) -> (N, C) probabilities in input order; with `owner`
         (chunks: each row's document), (documents, C) from the rows' logits pooled by
-        chunk_pooling, as the PyTorch path pools them."""
+        chunk_pooling, as the PyTorch path pools them. `desc`: a progress bar's name ("": none)."""
         if owner is None:
-            return self._rows(input_ids, probabilities=True)
-        return self.activation(pool_logits(self._rows(input_ids, probabilities=False), owner, self.chunk_pooling))
+            return self._rows(input_ids, probabilities=True, desc=desc)
+        return self.activation(pool_logits(self._rows(input_ids, probabilities=False, desc=desc), owner,
+                                           self.chunk_pooling))
 
-    def _rows(self, input_ids, probabilities: bool) -> np.ndarray:
+    def _rows(self, input_ids, probabilities: bool, desc: str = "") -> np.ndarray:
         """(N, C) probabilities or logits of every row, in input order, in length-sorted
         batches padded to their longest, of at most TOKENS_PER_RUN tokens."""
         out = np.zeros((len(input_ids), len(self.labels)), dtype=np.float32)
-        for idx in token_batches([len(s) for s in input_ids], self.batch_size, TOKENS_PER_RUN):
+        batches = token_batches([len(s) for s in input_ids], self.batch_size, TOKENS_PER_RUN)
+        for idx in tqdm(batches, desc=desc, disable=not desc, leave=False, unit="batch"):
             width = max(len(input_ids[i]) for i in idx)
             ids = np.full((len(idx), width), self.pad_id, dtype=np.int64)  # (B, T)
             mask = np.zeros((len(idx), width), dtype=np.int64)

@@ -37,9 +37,9 @@ PACKAGE = Path(textclf.__file__).parent
 # against the imports of the textclf modules a load brings in); the versions are the ones
 # it was logged with.
 REQUIREMENTS: tuple[str, ...] = ("torch", "transformers", "tokenizers", "safetensors", "pandas",
-                                 "numpy", "pyarrow", "pyyaml", "mlflow")
+                                 "numpy", "pyarrow", "pyyaml", "mlflow", "tqdm")
 ONNX_REQUIREMENTS: tuple[str, ...] = ("onnxruntime", "tokenizers", "pandas", "numpy", "pyarrow", "pyyaml",
-                                      "mlflow")
+                                      "mlflow", "tqdm")
 
 
 # Table mode, set on Spark's executors through spark_udf's extra_env (textclf.spark): every
