@@ -29,6 +29,7 @@ an estimate from issue 59's pace, not yet measured (see its comment).
 from __future__ import annotations
 
 import argparse
+import ast
 import datetime
 import json
 import logging
@@ -228,21 +229,31 @@ def score(work: Path, folder: Path) -> dict:
 
 
 def curve(folder: Path, probe_cpu: float) -> list[dict]:
-    """The training curve's validations against CPU seconds (probe's included), where train writes cpu_seconds."""
-    path = folder / "curve.csv"
-    frame = pd.read_csv(path) if path.is_file() else pd.DataFrame()
-    if "cpu_seconds" not in frame:
-        return []
-    points = [{"cpu_seconds": probe_cpu + float(r.cpu_seconds), "val_macro_f1": 100 * float(r.val_macro_f1),
-               "val_accuracy": 100 * float(r.val_accuracy)} for r in frame.itertuples()]
-    # LP-FT's start: the probe's validation scores, which train logs before its first step, at
-    # the features stage's CPU time (train's own start-up, a few seconds, left out)
-    found = re.search(r"validation accuracy ([\d.]+), macro-F1 ([\d.]+) before the first step",
-                      (folder / "train.log").read_text() if (folder / "train.log").is_file() else "")
+    """The training's validations against CPU seconds (the features stage's included): each
+    epoch's row as train logs it ("epoch N: {...}", with cpu_seconds, the process's CPU so far),
+    and for LP-FT the probe's scores before the first step, at the features stage's CPU time
+    (train's own start-up, a few seconds, left out)."""
+    text = (folder / "train.log").read_text() if (folder / "train.log").is_file() else ""
+    points = []
+    found = re.search(r"validation accuracy ([\d.]+), macro-F1 ([\d.]+) before the first step", text)
     if found:
-        points.insert(0, {"cpu_seconds": probe_cpu, "val_accuracy": 100 * float(found[1]),
-                          "val_macro_f1": 100 * float(found[2])})
+        points.append({"cpu_seconds": probe_cpu, "val_accuracy": 100 * float(found[1]),
+                       "val_macro_f1": 100 * float(found[2])})
+    for line in re.findall(r" epoch \d+: (\{.*\})$", text, flags=re.M):
+        row = ast.literal_eval(line)
+        if "cpu_seconds" in row:
+            points.append({"cpu_seconds": probe_cpu + float(row["cpu_seconds"]), "val_accuracy": 100 * row["val_accuracy"],
+                           "val_macro_f1": 100 * row["val_macro_f1"]})
     return points
+
+
+def recurve(rows: list[dict], work: Path) -> list[dict]:
+    """Rows whose recipe folder is still in `work`, their curve read again from its train log."""
+    for row in rows:
+        folder = work / row["corpus"] / row["recipe"]
+        if folder.is_dir():
+            row["curve"] = curve(folder, row["probe cpu s"])
+    return rows
 
 
 def measure(corpus: str, root: Path, fraction: float, names: list[str], sets: list[str]) -> list[dict]:
@@ -287,7 +298,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("/tmp/recipes-bench/recipes.jsonl"),
                         help="JSON lines, appended to")
     parser.add_argument("--plot", type=Path, help="PNG: scores against CPU-minutes, every line of --out")
-    parser.add_argument("--plot-only", action="store_true", help="draw --plot from --out, run nothing")
+    parser.add_argument("--plot-only", action="store_true", help="draw --plot from --out (curves read again from --work), run nothing")
     args = parser.parse_args()
     if not args.plot_only:
         root = args.work.resolve()
@@ -299,6 +310,9 @@ def main() -> None:
                 out.writelines(json.dumps(r) + "\n" for r in rows if r["corpus"] == corpus)
         log.info("recipes, BASE %s, --set %s, %s threads:\n\n%s\n", " ".join(BASE), " ".join(args.set) or "none",
                  os.environ.get("OMP_NUM_THREADS", "all"), table(rows, COLUMNS))
+    else:  # the curves read again from the recipes' logs still in --work (a run's own, if it lost them)
+        rows = recurve([json.loads(line) for line in args.out.read_text().splitlines()], args.work.resolve())
+        args.out.write_text("".join(json.dumps(r) + "\n" for r in rows))
     if args.plot:
         from recipes_plot import plot
         plot(args.out, args.plot)

@@ -54,7 +54,7 @@ def test_the_train_stage_starts_from_the_probe(prepared):
     run = MlflowClient().get_run(json.loads((tmp / "run.json").read_text())["run_id"])
     curve = pd.read_csv(tmp / "curve.csv")
     assert curve["val_accuracy"].iloc[0] == pytest.approx(run.data.metrics["probe_val_accuracy"], abs=1e-9)
-    assert {"train_seconds", "cpu_seconds"} <= set(curve.columns)
+    assert run.data.metrics["cpu_seconds"] > 0 and run.data.metrics["train_seconds"] > 0  # what it cost
 
 
 def test_features_made_for_another_model_are_refused(prepared, tmp_path):
@@ -92,7 +92,7 @@ class SlowModel(nn.Module):
     """Logits from mean embeddings; each forward sleeps SECONDS_A_TOKEN per padded token
     slot in training (a step: forward and backward) and a third of it in eval, as a real
     encoder's cost grows with its tokens."""
-    SECONDS_A_TOKEN = 2.0e-4
+    SECONDS_A_TOKEN = 1.0e-3  # far above the rest of a step, so that a loaded machine does not move it
 
     def __init__(self, classes: int):
         super().__init__()
@@ -118,7 +118,7 @@ def test_a_budget_of_n_seconds_takes_n_seconds():
     cfg = TrainParams(epochs=0, budget_minutes=budget, batch_size=8, seed=0)
     model = SlowModel(3)
     estimates = []
-    job = loop.TrainJob(model, torch.optim.AdamW(model.parameters(), 1e-3), slow_split(400, 0), slow_split(300, 1),
+    job = loop.TrainJob(model, torch.optim.AdamW(model.parameters(), 1e-3), slow_split(400, 0), slow_split(100, 1),
                         cfg, 0, loop.make_accelerator("fp32"),
                         loop.Callbacks(on_estimate=lambda values, step: estimates.append(values)))
     started = time.perf_counter()

@@ -121,13 +121,10 @@ def test_chunks_train_on_windows_and_evaluate_per_document(tiny_chunked):
 
 
 def test_same_params_same_metrics(prepared, tiny_trained):
-    """A second training with the shared one's params and data gives the same curve (its clock
-    columns aside: train_seconds and cpu_seconds say what it cost this time)."""
+    """A second training with the shared one's params and data gives the same curve."""
     tmp, p = prepared
     run_train(p, "m2", "c2.csv", "r2.json")
-    clocks = ["train_seconds", "cpu_seconds"]
-    again, first = (pd.read_csv(path).drop(columns=clocks) for path in (tmp / "c2.csv", tiny_trained[0] / "curve.csv"))
-    assert again.to_csv() == first.to_csv()
+    assert (tmp / "c2.csv").read_text() == (tiny_trained[0] / "curve.csv").read_text()
 
 
 def test_the_run_time_estimate_is_said_before_training_ends_and_reaches_the_run(prepared, caplog):
@@ -238,8 +235,8 @@ def test_the_collapse_guard_judges_the_kept_epoch_not_the_last(prepared, monkeyp
     tmp, p = prepared
     write_params(tmp / "params.yaml", train={"epochs": 2, "select": "best"})
     update, detect = EpochSelector.update, guards.collapse_check
-    monkeypatch.setattr(EpochSelector, "update", lambda self, row, model: update(
-        self, {**row, "val_macro_f1": 1.0 - row["epoch"] / 10}, model))
+    monkeypatch.setattr(EpochSelector, "update", lambda self, row, model, probs=None: update(
+        self, {**row, "val_macro_f1": 1.0 - row["epoch"] / 10}, model, probs))
     seen = []
 
     def collapse_check(pred, y_true, labels, share):  # epoch 1 right, epoch 2 all one class

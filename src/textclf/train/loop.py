@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 
 from textclf.model.batching import PAD_LABEL, Collator, LengthGroupedBatchSampler, RankShard, Split, TokenDataset
 from textclf.train.checkpoint import Checkpointer, Progress
-from textclf.train.pace import Pace, StepPlan, cut_to_budget, duration, plan, step_plan
+from textclf.train.pace import Pace, StepPlan, cut_to_budget, duration, plan, train_plan
 from textclf.train.selection import EpochSelector, validation_scores
 from textclf.config import TrainParams
 from textclf.data.tokens import TokenIds
@@ -282,13 +282,12 @@ def global_count(labels: torch.Tensor, accelerator: Accelerator) -> torch.Tensor
 def fit(job: TrainJob) -> nn.Module:
     """Train the job's model, epoch after epoch (end_epoch after each), resuming from the
     checkpoint its checkpointer found -> the model with the kept epoch's weights. Every rank
-    decides alike when to stop: each scores the whole validation split (and the budget's cut,
-    from rank 0's pace, is the same on every rank only with one process: several processes
-    train a budget from the params alone, see train_steps_plan)."""
+    decides alike when to stop: each scores the whole validation split. The steps are the
+    params' (textclf.train.pace.train_plan), cut to train.budget_minutes once paced."""
     cfg, accelerator, selector = job.params, job.accelerator, job.selector
     loader = make_train_loader(job.train, cfg, job.pad_id, accelerator.process_index, accelerator.num_processes)
     sampler = cast("LengthGroupedBatchSampler | RankShard", loader.batch_sampler)  # make_train_loader's
-    steps = train_steps_plan(cfg, len(loader), accelerator.num_processes)
+    steps = train_plan(cfg, len(loader), accelerator.num_processes)
     if job.checkpointer is not None:
         job.checkpointer.attach(steps=steps)  # resumed: the steps decided before
     scheduler = make_scheduler(job.optimizer, lambda: steps.total, cfg)  # the schedule ends where training does
@@ -324,18 +323,6 @@ def fit(job: TrainJob) -> nn.Module:
     return model
 
 
-def train_steps_plan(cfg: TrainParams, per_epoch: int, processes: int) -> StepPlan:
-    """The params' StepPlan. With several processes the budget is not applied (each rank
-    would measure its own pace and could stop at another step): said once, the epochs' cap
-    trains instead."""
-    steps = step_plan(cfg.epochs, cfg.max_steps, cfg.budget_minutes, per_epoch)
-    if processes > 1 and not steps.decided:
-        log.warning("train.budget_minutes=%g is not applied on %d processes: train.epochs 0 trains %d epochs; "
-                    "set train.epochs or train.max_steps to choose", cfg.budget_minutes, processes, steps.epochs)
-        steps.decided = True
-    return steps
-
-
 def lengths_of(ids: TokenIds | list[list[int]]) -> list[int] | np.ndarray:
     return ids.lengths if isinstance(ids, TokenIds) else [len(s) for s in ids]  # TokenIds: offsets alone
 
@@ -349,6 +336,8 @@ def end_epoch(job: TrainJob, epoch: int, train_loss: float) -> None:
                           accelerator.mixed_precision, owner=val.owner, pooling=job.chunk_pooling,
                           multilabel=val.multilabel, desc=f"validation {epoch}")  # (documents, C)
     row = {"epoch": epoch, "train_loss": train_loss, **validation_scores(probs, val),
+           # what it cost so far: since the loop began (train.budget_minutes counts it), and the
+           # process's CPU time, every thread (benchmarks draw scores against CPU-minutes)
            "train_seconds": time.perf_counter() - job.started if job.started else 0.0,
            "cpu_seconds": time.process_time()}
     log.info("epoch %d: %s", epoch, row)

@@ -3,6 +3,7 @@ documents/s, and the estimated seconds of the whole run (its steps and validatio
 train.budget_minutes, how many steps fit the budget (StepPlan)."""
 from __future__ import annotations
 
+import logging
 import math
 import time
 from dataclasses import dataclass
@@ -10,6 +11,7 @@ from typing import Callable, Iterable
 
 import numpy as np
 
+log = logging.getLogger(__name__)
 WARMUP_STEPS = 1  # the first step allocates and fills caches: several times slower, not timed
 TIMED_STEPS = 6  # then these are timed: a few seconds on a CPU, the estimate within a few %
 # validation runs the forward pass alone, about a third of a training step's work per token
@@ -154,6 +156,18 @@ def step_plan(epochs: int, max_steps: int, budget_minutes: float, per_epoch: int
     total = cap if max_steps == 0 else min(max_steps, cap)
     budgeted = epochs == 0 and max_steps == 0 and budget_minutes > 0
     return StepPlan(total, per_epoch, budget_minutes * 60 if budgeted else 0.0, decided=not budgeted)
+
+
+def train_plan(cfg, per_epoch: int, processes: int) -> StepPlan:
+    """train's StepPlan from its params (TrainParams). Several processes do not apply the
+    budget: each would measure its own pace and could stop at another step. Said once; the
+    epochs' cap trains instead."""
+    steps = step_plan(cfg.epochs, cfg.max_steps, cfg.budget_minutes, per_epoch)
+    if processes > 1 and not steps.decided:
+        log.warning("train.budget_minutes=%g is not applied on %d processes: train.epochs 0 trains %d epochs; "
+                    "set train.epochs or train.max_steps to choose", cfg.budget_minutes, processes, steps.epochs)
+        steps.decided = True
+    return steps
 
 
 def steps_within(seconds: float, taken: int, plan: StepPlan, step_s: float, validation_s: float) -> int:

@@ -22,10 +22,10 @@ from textclf.tracking.store import QUICK_HTTP, store_calls
 from textclf.train import guards
 
 log = logging.getLogger("train")
-# train_seconds: since the loop's first step (what train.budget_minutes counts); cpu_seconds:
-# the process's CPU time so far, every thread (the x of benchmarks' curves against CPU-minutes)
+# (each epoch's row also holds train_seconds and cpu_seconds, what it cost so far: logged and
+# sent to MLflow, not written here, so that the same params give the same curve file)
 CURVE_FIELDS = ["epoch", "train_loss", "val_loss", "val_accuracy", "val_macro_f1", "top_share",
-                "pred_entropy", "collapsed", "train_seconds", "cpu_seconds"]
+                "pred_entropy", "collapsed"]
 
 
 class Tracker(Protocol):
