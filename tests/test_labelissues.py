@@ -111,6 +111,23 @@ def test_accept_refuses_a_decision_that_contradicts_the_corrections_file(reviewe
     assert fixes.read_text() == "doc,label\nbusiness/01.txt,entertainment\n"  # nothing written
 
 
+def test_accept_refuses_a_sheet_that_gives_one_document_two_labels_naming_both_rows(reviewed):
+    """Issue 60, defect 1: decisions are keyed by document, so the second row overwrote the
+    first and the last row won without a word."""
+    folder, sheet, _ = reviewed
+    table = pd.read_csv(sheet)
+    table.loc[table["source_path"] == "sport/02.txt", "label"] = "sport"
+    twice = table[table["source_path"] == "business/01.txt"].assign(label="entertainment")
+    pd.concat([table, twice]).to_csv(sheet, index=False)  # business/01.txt: row 2 says tech, row 5 entertainment
+    fixes = folder / "corrections.csv"
+    with pytest.raises(UserError, match=r"rows 2 and 5 decide business/01.txt two ways \('tech' / 'entertainment'\)"):
+        accept(folder, sheet, fixes)
+    assert not fixes.exists()
+    pd.concat([table, twice.assign(label="tech")]).to_csv(sheet, index=False)  # twice the same answer: one row
+    accept(folder, sheet, fixes)
+    assert pd.read_csv(fixes)["doc"].tolist().count("business/01.txt") == 1
+
+
 def test_accept_refuses_a_decision_that_names_no_document(reviewed):
     folder, sheet, _ = reviewed
     table = pd.read_csv(sheet)

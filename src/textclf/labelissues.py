@@ -15,7 +15,8 @@ for a multi-label corpus, `drop`, or blank for undecided) and save it as CSV.
 `accept` adds each decided row to the corrections file (doc = the source_path): a new label, a
 drop, or the given label kept (remembered: the next review leaves it out); an exact copy ingest
 dropped gets its text's answer. Every row is checked first as ingest will check it (a class the
-corpus has, a document it holds, a field too many, a row that contradicts the file, a
+corpus has, a document it holds, a field too many, a row that contradicts the file or another
+row of the sheet, a
 near-duplicate left behind under conflicts: drop): every problem in one line, nothing written.
 A sheet exactly as review prefilled it is refused unless --all-suggestions takes it unread.
 Ingest applies the file (docs/data_versions.md, "Correcting labels").
@@ -141,7 +142,11 @@ def decided(review_file: str, corpus: Corpus, said: dict[str, tuple[str, str]]) 
                 if name in said and said[name][1] != label:
                     found.append(f"row {line} decides {label!r} for {name}, but {said[name][0]} says "
                                  f"{said[name][1]!r}")
-            out[doc] = (line, label, row["source_path"])
+            if doc in out and out[doc][1] != label:  # keyed by document: the later row would win unseen
+                found.append(f"rows {out[doc][0]} and {line} decide {corpus.table.at[doc, 'source_path']} two ways "
+                             f"({out[doc][1]!r} / {label!r}): keep one")
+                continue
+            out.setdefault(doc, (line, label, row["source_path"]))
     return out, found
 
 
