@@ -208,6 +208,45 @@ def test_accept_applies_ingests_rules_for_copies_and_near_duplicate_groups(tmp_p
     build_corpus(source, 1_000_000, 5, corrections=read_corrections(fixes))  # ingest takes it
 
 
+def near_copy_corpus(tmp_path: Path) -> tuple[Path, Path]:
+    """The demo corpus with business/near.txt, a near-duplicate of business/01.txt, under
+    conflicts: drop -> (the source, the corpus as ingest wrote it)."""
+    source = tmp_path / "src"
+    shutil.copytree(SAMPLE, source)
+    words = (source / "business" / "01.txt").read_text(encoding="utf-8").split()
+    words[len(words) // 2] = "indeed"
+    (source / "business" / "near.txt").write_text(" ".join(words), encoding="utf-8")
+    (tmp_path / "data").mkdir()
+    write_corpus(source, tmp_path / "data" / "corpus.parquet", 1_000_000, 5)
+    (tmp_path / "params.yaml").write_text("ingest:\n  near_duplicates:\n    conflicts: drop\n")
+    return source, tmp_path / "data" / "corpus.parquet"
+
+
+@pytest.mark.parametrize("drop_in", ["sheet", "corrections file"])
+def test_accept_takes_a_relabel_whose_near_duplicate_is_dropped_as_ingest_does(tmp_path, drop_in):
+    """Issue 60, defect 4: relabelling a document and dropping its near-duplicate leaves ingest
+    no mixed group to drop (conflicts: drop), yet accept said "the near-duplicate keeps 'business'"."""
+    from textclf.config import NearDuplicateParams
+    source, corpus = near_copy_corpus(tmp_path)
+    issues = write_issues(pd.read_parquet(corpus), tmp_path / "issues.parquet", {"business/01.txt": "tech"})
+    sheet, fixes = tmp_path / "review.csv", tmp_path / "corrections.csv"
+    main(["review", "--all", "--issues", str(issues), "--corpus", str(corpus), "--out", str(sheet)])
+    table = pd.read_csv(sheet).assign(label="")
+    table.loc[table["source_path"] == "business/01.txt", "label"] = "tech"
+    if drop_in == "sheet":
+        table.loc[table["source_path"] == "business/near.txt", "label"] = "drop"
+    else:
+        fixes.write_text("doc,label\nbusiness/near.txt,drop\n")
+    table.to_csv(sheet, index=False)
+    main(["accept", str(sheet), "--corrections", str(fixes), "--corpus", str(corpus),
+          "--params", str(tmp_path / "params.yaml")])
+    assert pd.read_csv(fixes).set_index("doc")["label"].to_dict() == {"business/01.txt": "tech",
+                                                                      "business/near.txt": "drop"}
+    fixed, _ = build_corpus(source, 1_000_000, 5, NearDuplicateParams(conflicts="drop"),
+                            corrections=read_corrections(fixes))  # ingest takes it too
+    assert fixed.set_index("source_path").loc["business/01.txt", "label"] == "tech"
+
+
 def test_a_kept_label_is_remembered_and_the_next_review_leaves_it_out(reviewed):
     folder, sheet, _ = reviewed
     fixes = folder / "corrections.csv"

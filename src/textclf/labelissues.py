@@ -16,8 +16,8 @@ for a multi-label corpus, `drop`, or blank for undecided) and save it as CSV.
 drop, or the given label kept (remembered: the next review leaves it out); an exact copy ingest
 dropped gets its text's answer. Every row is checked first as ingest will check it (a class the
 corpus has, a document it holds, a field too many, a row that contradicts the file or another
-row of the sheet, a
-near-duplicate left behind under conflicts: drop): every problem in one line, nothing written.
+row of the sheet, a near-duplicate left behind with the old label under conflicts: drop): every
+problem in one line, nothing written.
 A sheet exactly as review prefilled it is refused unless --all-suggestions takes it unread.
 Ingest applies the file (docs/data_versions.md, "Correcting labels").
 """
@@ -171,7 +171,8 @@ def accept(review_file: str, corrections: str, corpus_path: str = CORPUS, params
             for line, row in existing}
     decisions, found = decided(review_file, corpus, said)
     copies, clash = with_copies(decisions, corpus, said)
-    found += clash + problems({d: v[:2] for d, v in decisions.items()}, corpus, _conflicts(params))
+    standing = {doc: label for name, (_, label) in said.items() if (doc := corpus.find(name))}
+    found += clash + problems({d: v[:2] for d, v in decisions.items()}, corpus, _conflicts(params), standing)
     refuse(review_file, found)
     if (n := unread(review_file, corpus.multilabel)) and not all_suggestions:
         raise UserError(f"{review_file}: its {n} relabels are the suggestions exactly as `review` prefilled "
