@@ -93,8 +93,8 @@ def test_accept_writes_the_decisions_that_ingest_applies(reviewed):
     table.to_csv(sheet, index=False)
     fixes = folder / "corrections.csv"
     accept(folder, sheet, fixes)
-    # the kept label is a row too: remembered, so the next review leaves it out
-    written = "doc,label\nbusiness/01.txt,tech\nsport/02.txt,sport\ntech/03.txt,drop\n"
+    # the kept label is a row too, marked kept: remembered, so the next review leaves it out
+    written = "doc,label,kept\nbusiness/01.txt,tech,\nsport/02.txt,sport,yes\ntech/03.txt,drop,\n"
     assert fixes.read_text() == written
     accept(folder, sheet, fixes)  # again: nothing new, nothing doubled
     assert fixes.read_text() == written
@@ -297,7 +297,7 @@ def test_the_multilabel_loop_review_accept_ingest(tmp_path):
     table.loc[1, "label"] = "z|x"  # the person keeps the given set, written the other way round
     table.to_csv(sheet, index=False)
     accept(tmp_path, sheet, fixes)
-    assert fixes.read_text() == f"doc,label\n{by_id.index[1]},y|z\n{by_id.index[2]},x|z\n"
+    assert fixes.read_text() == f"doc,label,kept\n{by_id.index[1]},y|z,\n{by_id.index[2]},x|z,yes\n"
     fixed, report = build_corpus(tmp_path / "t.csv", 1_000_000, 1, off, columns=multi,
                                  corrections=read_corrections(fixes, multilabel=True))
     assert fixed.set_index("source_path").loc[by_id.index[1], "label"] == '["y", "z"]'
