@@ -250,3 +250,15 @@ def test_the_data_versions_recipe_as_written_diffs_and_rolls_back_without_a_stag
             "sport/near_copy.txt)") in shown
     assert ran(out["dvc repro"]) == set(), out["dvc repro"]  # the rollback's: nothing runs ...
     assert client.get_model_version_by_alias("textclf", "challenger").version == challenger  # ... or moves
+
+
+def test_raw_data_stays_out_of_git_and_dvc_add_tracks_it(tmp_path):
+    """Issue 60, defect 7: `dvc exp run -S ingest.source=data/raw/…`, the README's example,
+    committed the raw corpus to git in the experiment's commit (an experiment commits every file
+    git does not ignore). data/raw is ignored; `dvc add data/raw` tracks it, its .dvc file in git."""
+    repo = copy_repo(tmp_path / "repo")
+    (repo / "data" / "raw").mkdir()
+    (repo / "data" / "raw" / "tickets.csv").write_text("body,category\nhello there,a\n")
+    assert git(repo, "status", "--porcelain", "--untracked-files=all") == ""
+    dvc(repo, "add", "data/raw")
+    assert git(repo, "status", "--porcelain", "--untracked-files=all").split()[1:] == ["data/raw.dvc"]
