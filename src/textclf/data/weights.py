@@ -60,3 +60,12 @@ def positive_weights(hot, mode: str) -> np.ndarray | None:
     hot = np.asarray(hot, dtype=np.float64)
     positives = hot.sum(axis=0)
     return np.divide(len(hot) - positives, positives, out=np.ones(hot.shape[1]), where=positives > 0)
+
+
+def silent_advice(used: str) -> str:
+    """What to try for a class the model never recalls, given the weighting the training used
+    (`resolve`'s answer): advising `balanced` when auto chose it already sends a person in a circle."""
+    if used == "balanced":
+        return ("the loss weights the classes already (train.class_weights resolved to balanced): give that "
+                "class more documents, or train longer (train.epochs)")
+    return "try train.class_weights: balanced, more documents of that class, or more epochs (train.epochs)"

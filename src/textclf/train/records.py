@@ -224,8 +224,10 @@ class EpochLogger:
     history loaded on resume are written to the CSV again; the stage queues them again and
     the RunLog logs those the run lacks."""
 
-    def __init__(self, path: str, y_val: list, labels: list[str], cfg: TrainParams, book: GuardBook):
+    def __init__(self, path: str, y_val: list, labels: list[str], cfg: TrainParams, book: GuardBook,
+                 weights: str = "none"):
         self.path, self.y_val, self.labels, self.cfg, self.book = Path(path), y_val, labels, cfg, book
+        self.weights = weights  # the class weighting train.class_weights resolved to: silent_class's advice
         self.rows: list[dict[str, Any]] = []
         self.history: list[dict[str, Any]] = []  # collapse_check per epoch
         self.write()
@@ -290,8 +292,9 @@ class EpochLogger:
         self.book.record("collapse", status, message, epoch=kept_epoch, collapsed_epochs=collapsed)
         kept = next(h for h in self.history if h["epoch"] == kept_epoch)  # judge_collapse found it
         silent_status, silent_message, silent = guards.judge_silent_class(kept, self.labels,
-                                                                          self.cfg.silent_class_support)
-        self.book.record("silent_class", silent_status, silent_message, epoch=kept_epoch, classes=silent)
+                                                                          self.cfg.silent_class_support, self.weights)
+        self.book.record("silent_class", silent_status, silent_message, epoch=kept_epoch, classes=silent,
+                         class_weights=self.weights)
         if final and silent_status != "pass":
             log.warning("silent_class guard: %s", silent_message)
         if final and status != "pass":

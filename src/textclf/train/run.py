@@ -23,6 +23,7 @@ from accelerate.utils import set_seed
 from torch import nn
 
 from textclf.config import Params, TrainParams, changed_since, flatten, load_params
+from textclf.data.weights import resolve
 from textclf.inference.serving import log_pyfunc
 from textclf.common import UserError, atomic_path, deferred_interrupts, write_csv, write_json
 from textclf.model.batching import Collator, Split, read_token_splits
@@ -176,7 +177,8 @@ def train(job: Training) -> Trained:
     tags until the store takes them."""
     cfg, tracker = job.params.train, job.tracker
     book = GuardBook(job.paths.guards, tracker)
-    curve = EpochLogger(job.paths.curve, job.splits["validation"].labels, job.labels, cfg, book)
+    curve = EpochLogger(job.paths.curve, job.splits["validation"].labels, job.labels, cfg, book,
+                        resolve(cfg.class_weights, job.splits["train"].labels))
     selector = EpochSelector(cfg.select, cfg.patience, cfg.select_metric)
     job.checkpointer.attach(guards=book, curve=curve, selector=selector)  # resumed: each loads its state
     for row in curve.rows:  # resumed: the run gets the checkpoint's epochs it lacks (RunLog
