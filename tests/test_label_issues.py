@@ -379,3 +379,24 @@ def test_the_multilabel_judge_forks_no_worker_pool(monkeypatch):
                     dtype=object)
     verdict = judge_sets(sets, rng.random((300, 4)), labels)
     assert set(verdict["noise"]) == set(labels) and len(verdict["flagged"]) == 300
+
+
+def test_an_overlapping_pair_counts_documents_it_holds():
+    """Issue 60, item 8: cleanlab's "Num Overlapping Examples" (its joint times N) gave a class
+    of 7 documents an overlap of 78 with another; the table now counts the documents labelled
+    one class of the pair whose judges' top class is the other."""
+    from textclf.evaluate.label_issues import judge
+    rng = np.random.default_rng(0)
+    sizes = [400, 300, 200, 100, 7, 7, 7]
+    given = np.concatenate([[i] * n for i, n in enumerate(sizes)])
+    probs = rng.dirichlet(np.full(len(sizes), 0.5), size=len(given))
+    probs[given < 4, given[given < 4]] += 0.5  # the big classes judged fairly, the small ones not
+    probs /= probs.sum(axis=1, keepdims=True)
+    classes = [f"c{i}" for i in range(len(sizes))]
+    pairs = judge(given, probs, classes)["overlapping"]
+    judged = probs.argmax(axis=1)
+    assert pairs
+    for pair in pairs:
+        a, b = classes.index(pair["a"]), classes.index(pair["b"])
+        assert pair["documents"] == int(((given == a) & (judged == b)).sum() + ((given == b) & (judged == a)).sum())
+        assert pair["documents"] <= sizes[a] + sizes[b]

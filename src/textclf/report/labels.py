@@ -41,7 +41,7 @@ def labels_section(summary: dict, table: pd.DataFrame, corpus: pd.DataFrame) -> 
              "ones not flagged: how far a wrong test label can move the headline."),
         noise_table(summary)]
     if summary["overlapping"]:
-        blocks.append(Table(["class", "class", "documents in the overlap", "joint probability"],
+        blocks.append(Table(["class", "class", "documents labelled one, judged the other", "joint probability"],
                             [[p["a"], p["b"], p["documents"], f"{p['joint']:.4f}"]
                              for p in summary["overlapping"]]))
     blocks += mixed_groups_blocks(summary, table)
