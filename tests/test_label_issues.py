@@ -171,9 +171,13 @@ def test_report_section_shows_the_suspects_and_the_test_accuracy_without_them(pl
     noisiest_first = sorted(summary["per_class"], key=lambda c: -summary["per_class"][c]["noise_rate"])
     assert [r[0] for r in per_class.rows] == noisiest_first  # ties in class order (report.classes)
     assert worst.header == ["document", "split", "given", "suggested", "quality", "flagged", "text"]
-    # docs/label_issues.md: the labels.show most suspect documents, flagged or not (it listed the flagged only)
+    # docs/label_issues.md: the labels.show most suspect documents, the flagged first (issue 60: by
+    # quality alone 9 of BBC's 20 were flagged), then the unflagged, each lowest quality first
     assert summary["show"] > summary["flagged"] and len(worst.rows) == summary["show"]
-    assert [r[0] for r in worst.rows] == table["source_path"][:summary["show"]].tolist()
+    flagged, unflagged = table[table["flagged"]], table[~table["flagged"]]
+    expected = flagged["source_path"].tolist() + unflagged["source_path"][:summary["show"] - len(flagged)].tolist()
+    assert [r[0] for r in worst.rows] == expected
+    assert [r[5] for r in worst.rows] == ["yes"] * len(flagged) + ["no"] * (summary["show"] - len(flagged))
     assert all(r[2] != r[3] for r in worst.rows if r[5] == "yes")  # a flagged label is not the one suggested
     warned = label_noise_note({**summary, "estimated_noise": 0.2, "noise_warn": 0.1, "label_noise": "warn"})
     assert "label_noise: warn" in warned[0].text and "20.0%" in warned[0].text
