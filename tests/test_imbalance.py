@@ -51,6 +51,15 @@ def test_auto_weights_balance_an_imbalanced_corpus_and_leave_a_balanced_one_alon
     hot[:, 0], hot[:3, 1] = 1, 1  # label 0 on every document, label 1 on 3
     assert np.array_equal(positive_weights(hot, "auto"), positive_weights(hot, "balanced"))
     assert positive_weights(np.ones((4, 2)), "auto") is None
+    # issue 60, item 9: each label is its own binary task: four labels each on 5 % of the documents
+    # are 19 to 1 (their frequencies compared with each other were 1: none)
+    rare_labels = np.zeros((80, 4))
+    for k in range(4):
+        rare_labels[k * 4:k * 4 + 4, k] = 1
+    assert imbalance(rare_labels) == pytest.approx(19) and resolve("auto", rare_labels) == "balanced"
+    half = np.zeros((40, 2))
+    half[:20, 0], half[20:, 1] = 1, 1  # each label on half the documents: no imbalance
+    assert resolve("auto", half) == "none"
     with pytest.raises(ValueError, match="not one of"):
         resolve("inverse", rare)
 
