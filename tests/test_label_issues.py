@@ -365,6 +365,20 @@ def test_fold_count_is_the_smallest_class_in_groups():
     assert fold_count(labels, groups, 2) == 2
 
 
+def test_a_multilabel_corpus_is_folded_by_each_documents_rarest_label_and_says_so(caplog):
+    """Issue 60, item 9: the folds were stratified by each document's first label by name, and
+    the lowered-folds line named 'tech' (a common label, last by name) as the smallest class."""
+    from textclf.evaluate.label_issues import fold_count, rarest_labels
+
+    sets = np.array(['["business"]'] * 30 + ['["business", "tech"]'] * 3 + ['["sport"]'] * 20 +
+                    ['["sport", "tech"]'] * 20, dtype=object)  # tech on 23, but first by name on none
+    strata = rarest_labels(sets)
+    assert strata.tolist() == ["business"] * 30 + ["tech"] * 3 + ["sport"] * 20 + ["tech"] * 20
+    with caplog.at_level("WARNING"):
+        fold_count(strata, np.arange(len(sets)), 30, "the documents whose rarest label is")
+    assert "labels.folds=30 lowered to 20: the documents whose rarest label is 'sport' has 20" in caplog.text
+
+
 def test_the_multilabel_judge_forks_no_worker_pool(monkeypatch):
     """cleanlab's default n_jobs forked a pool whose workers inherited the stage's SIGTERM
     handler: every multi-label run printed `Process ForkPoolWorker-N: Traceback ...
