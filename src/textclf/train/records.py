@@ -273,15 +273,14 @@ class EpochLogger:
                 guards.recall_check(pred, self.y_val, self.labels))
 
     def use_thresholds(self, epoch: int, probs, thresholds) -> None:
-        """Multi-label, once the thresholds are tuned: the kept epoch's recalls at those
-        thresholds (silent_class judges the labels the model will give), and its top label set
-        there beside the collapse the curve records at 0.5, which the collapse guard judges: a
-        model that gives the empty set to every document at 0.5 collapsed, whatever thresholds
-        tuned afterwards make of its probabilities (the report showed `collapsed 1` in the curve
-        and `collapse: pass` in the guard table)."""
+        """Multi-label, once the thresholds are tuned: the kept epoch's top label set at those
+        thresholds, said beside the collapse the curve records at 0.5. Both guards judge at 0.5,
+        one rule: a model that gives the empty set to every document there collapsed, and its
+        labels are silent, whatever thresholds tuned afterwards make of its probabilities
+        (silent_class judged at the tuned ones passed such a model; issue 60)."""
         entry = next(h for h in self.history if h["epoch"] == epoch)
-        stats, recalls = self.checks(probs, thresholds)
-        entry.update({**recalls, "tuned": {k: stats[k] for k in ("top_class", "top_share")}})
+        stats, _ = self.checks(probs, thresholds)
+        entry.update({"tuned": {k: stats[k] for k in ("top_class", "top_share")}})
 
     def judge(self, kept_epoch: int, final: bool = False) -> str:
         """Record the collapse and silent_class guards for the kept epoch -> the collapse
