@@ -108,6 +108,16 @@ def test_a_validation_split_too_small_for_the_coverage_is_one_line():
         assert conformal_threshold(np.linspace(0, 1, n), largest_coverage(n) + 0.01) is None
 
 
+def test_the_split_never_advises_a_validation_share_the_corpus_cannot_hold():
+    """Issue 60, item 10: at serve.coverage 0.99 on 40 documents the split said
+    "split.fractions.validation: 0.90 ... about 99 of 40 documents"."""
+    from textclf.coverage import too_few_at_split
+    line = too_few_at_split(4, 40, 0.99, 0.1)
+    assert "split.fractions.validation:" not in line and "add documents (40 cannot hold 99 validation" in line
+    line = too_few_at_split(6, 200, 0.9, 0.03)  # possible: the fraction that gives 9 of 200
+    assert "split.fractions.validation: 0.06 (now 0.03; about 9 of 200 documents, taken from train)" in line
+
+
 def test_too_few_validation_documents_give_every_class_as_crepes_does():
     """6 validation scores at 0.9 (issue 54): crepes 0.9.1 puts every class in every set; so
     does review_for, and it flags every answer, whatever its probability."""
