@@ -22,7 +22,8 @@ from textclf.inference.loading import load_predictor
 from textclf.inference.onnx_predictor import OnnxPredictor
 from textclf.inference.predictor import Predictor
 from textclf.coverage import largest_coverage, needed_documents, too_few
-from textclf.model.calibration import CALIBRATION_FILE, conformal_threshold, lac_scores, review_for, softmax_t
+from textclf.model.calibration import (CALIBRATION_FILE, Calibration, conformal_threshold, lac_scores, review_for,
+                                       softmax_t)
 from textclf.model.checksums import write_checksums
 from textclf.model.temperature import fit, fit_temperature
 
@@ -106,6 +107,34 @@ def test_a_validation_split_too_small_for_the_coverage_is_one_line():
     for n in range(1, 60):  # the coverage it names works on n documents, and a point above it does not
         assert conformal_threshold(np.linspace(0, 1, n), largest_coverage(n)) is not None
         assert conformal_threshold(np.linspace(0, 1, n), largest_coverage(n) + 0.01) is None
+
+
+def test_the_split_never_advises_a_validation_share_the_corpus_cannot_hold():
+    """Issue 60, item 10: at serve.coverage 0.99 on 40 documents the split said
+    "split.fractions.validation: 0.90 ... about 99 of 40 documents"."""
+    from textclf.coverage import too_few_at_split
+    line = too_few_at_split(4, 40, 0.99, 0.1)
+    assert "split.fractions.validation:" not in line and "add documents (40 cannot hold 99 validation" in line
+    line = too_few_at_split(6, 200, 0.9, 0.03)  # possible: the fraction that gives 9 of 200
+    assert "split.fractions.validation: 0.06 (now 0.03; about 9 of 200 documents, taken from train)" in line
+
+
+def test_a_coverage_whose_threshold_takes_every_class_says_so(caplog):
+    """Issue 60, item 10: `--coverage 0.95` on 40 validation documents, two of them labels the
+    model all but ruled out: the threshold is the worse one's, every class is in every set, and
+    nothing said so (enough documents: no too_few line)."""
+    scores = sorted([0.1] * 38 + [0.9995, 0.9999])
+    calibration = Calibration(temperature=1.0, scores=scores, nll_before=0, nll_after=0)
+    with caplog.at_level(logging.WARNING):
+        review = review_for(calibration, 0.95, 0.5, "models/export-whole")
+        assert review.sets(np.full((1, 5), 0.2)).all()  # every class
+        review_for(calibration, 0.95, 0.5, "models/export-whole")  # said once a process
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and "every prediction set holds nearly every class" in lines[0]
+    assert "serve.coverage 0.92 gives sets that tell classes apart" in lines[0]  # ceil(41 * 0.92) = 38
+    caplog.clear()
+    review_for(calibration, 0.9, 0.5, "models/export-whole")
+    assert not caplog.records
 
 
 def test_too_few_validation_documents_give_every_class_as_crepes_does():

@@ -34,7 +34,7 @@ def test_review_accept_repro_and_the_diff_says_relabelled(tmp_path, tiny_random_
     sheet.loc[sheet["source_path"] == "sport/03.txt", "label"] = "drop"  # the person's decision
     sheet.to_csv(tmp_path / "review.csv", index=False)
     labelissues(repo, "accept", str(tmp_path / "review.csv"))
-    assert (repo / "data" / "corrections.csv").read_text() == "doc,label\nbusiness/01.txt,tech\nsport/03.txt,drop\n"
+    assert (repo / "data" / "corrections.csv").read_text() == "doc,label,kept\nbusiness/01.txt,tech,\nsport/03.txt,drop,\n"
 
     assert "data/corrections.csv" in dvc(repo, "status", "ingest")  # a dependency: ingest reruns
     dvc(repo, "repro", "split")

@@ -21,6 +21,7 @@ from textclf.tracking.registry import HISTORY_TAG, SPLIT_TAG, register
 
 from conftest import (GIT_ENV, REPO, copy_repo, dvc, git, ingest_tokenize_split, run_baseline, run_evaluate, run_train,
                       write_params)
+from test_pages import READER_PATH, with_venv
 from test_pipeline import ran
 from test_registry import PASS, logged_runs
 
@@ -226,10 +227,12 @@ def test_the_data_versions_recipe_as_written_diffs_and_rolls_back_without_a_stag
                  tokenize={"max_length": 64}, model={"name": str(tiny_random_bert)},
                  train={"epochs": 2, "lr_head": 1e-2})
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
-    env.update(GIT_ENV, PATH=f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}",
-               PYTHONPATH=str(REPO / "src"))
+    env.update(GIT_ENV, PATH=READER_PATH, PYTHONPATH=str(REPO / "src"))  # a reader's shell: the page activates
+    activate, *lines = page_block(REPO / "docs" / "data_versions.md", "## Versioning the raw data")
+    assert activate.split("#")[0].strip() == "source .venv/bin/activate"
+    with_venv(repo)
     client, out, victim = MlflowClient(f"sqlite:///{repo / 'mlflow.db'}"), {}, None
-    for line in page_block(REPO / "docs" / "data_versions.md", "## Versioning the raw data"):
+    for line in lines:
         if line.startswith("# ... new rows arrive"):
             for rel, text in NEW_DOCS.items():
                 (raw / rel).write_text(text + "\n", encoding="utf-8")
@@ -240,7 +243,7 @@ def test_the_data_versions_recipe_as_written_diffs_and_rolls_back_without_a_stag
             continue
         if line.startswith("git checkout"):
             challenger = client.get_model_version_by_alias("textclf", "challenger").version
-        done = subprocess.run(["bash", "-c", line], cwd=repo, env=env, capture_output=True, text=True)
+        done = subprocess.run(["bash", "-c", f"{activate}\n{line}"], cwd=repo, env=env, capture_output=True, text=True)
         assert done.returncode == 0, f"{line}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
         out[line.split("#")[0].strip()] = done.stdout + done.stderr
     assert victim is not None, "the page's block no longer says where new rows arrive"
@@ -250,3 +253,15 @@ def test_the_data_versions_recipe_as_written_diffs_and_rolls_back_without_a_stag
             "sport/near_copy.txt)") in shown
     assert ran(out["dvc repro"]) == set(), out["dvc repro"]  # the rollback's: nothing runs ...
     assert client.get_model_version_by_alias("textclf", "challenger").version == challenger  # ... or moves
+
+
+def test_raw_data_stays_out_of_git_and_dvc_add_tracks_it(tmp_path):
+    """Issue 60, defect 7: `dvc exp run -S ingest.source=data/raw/…`, the README's example,
+    committed the raw corpus to git in the experiment's commit (an experiment commits every file
+    git does not ignore). data/raw is ignored; `dvc add data/raw` tracks it, its .dvc file in git."""
+    repo = copy_repo(tmp_path / "repo")
+    (repo / "data" / "raw").mkdir()
+    (repo / "data" / "raw" / "tickets.csv").write_text("body,category\nhello there,a\n")
+    assert git(repo, "status", "--porcelain", "--untracked-files=all") == ""
+    dvc(repo, "add", "data/raw")
+    assert git(repo, "status", "--porcelain", "--untracked-files=all").split()[1:] == ["data/raw.dvc"]

@@ -51,6 +51,15 @@ def test_auto_weights_balance_an_imbalanced_corpus_and_leave_a_balanced_one_alon
     hot[:, 0], hot[:3, 1] = 1, 1  # label 0 on every document, label 1 on 3
     assert np.array_equal(positive_weights(hot, "auto"), positive_weights(hot, "balanced"))
     assert positive_weights(np.ones((4, 2)), "auto") is None
+    # issue 60, item 9: each label is its own binary task: four labels each on 5 % of the documents
+    # are 19 to 1 (their frequencies compared with each other were 1: none)
+    rare_labels = np.zeros((80, 4))
+    for k in range(4):
+        rare_labels[k * 4:k * 4 + 4, k] = 1
+    assert imbalance(rare_labels) == pytest.approx(19) and resolve("auto", rare_labels) == "balanced"
+    half = np.zeros((40, 2))
+    half[:20, 0], half[20:, 1] = 1, 1  # each label on half the documents: no imbalance
+    assert resolve("auto", half) == "none"
     with pytest.raises(ValueError, match="not one of"):
         resolve("inverse", rare)
 
@@ -126,11 +135,26 @@ def test_silent_class_guard_names_a_class_never_recalled_with_its_support_and_wh
     assert severity("warn") == WARNING  # judged like the others: a note, not an alarm
 
 
+def test_a_silent_class_under_balanced_weights_is_not_told_to_try_balanced():
+    """Issue 60, item 8: the train log and the report advised "try train.class_weights: balanced"
+    when auto had chosen balanced already."""
+    labels = ["big", "mid", "rare"]
+    y = [0] * 10 + [1] * 6 + [2] * 4
+    ignored = recall_entry(y, [0] * 10 + [1] * 6 + [0] * 4, labels)
+    _, message, _ = guards.judge_silent_class(ignored, labels, 3, "balanced")
+    assert "try train.class_weights: balanced" not in message and "resolved to balanced" in message
+    page = to_markdown(headline({**report_metrics(0.0, {"collapse": "pass", "silent_class": "warn"}),
+                                 "silent_classes": [{"class": "tech", "support": 4, "predicted": 0}],
+                                 "class_weights": "balanced"}))
+    assert "silent_class: warn (never recalled on validation: tech (4 validation documents); the loss " \
+           "weights the classes already" in page and "try train.class_weights" not in page
+
+
 def test_the_report_names_the_silent_classes():
     page = to_markdown(headline({**report_metrics(0.0, {"collapse": "pass", "silent_class": "warn"}),
                                  "silent_classes": [{"class": "tech", "support": 4, "predicted": 0}]}))
     assert ("Guard warnings: silent_class: warn (never recalled on validation: tech (4 validation "
-            "documents); try train.class_weights: balanced)") in page
+            "documents); try train.class_weights: balanced, more documents of that class") in page
     assert "guard alarms" not in page  # a warning: the model may still become champion
 
 

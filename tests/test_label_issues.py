@@ -171,9 +171,13 @@ def test_report_section_shows_the_suspects_and_the_test_accuracy_without_them(pl
     noisiest_first = sorted(summary["per_class"], key=lambda c: -summary["per_class"][c]["noise_rate"])
     assert [r[0] for r in per_class.rows] == noisiest_first  # ties in class order (report.classes)
     assert worst.header == ["document", "split", "given", "suggested", "quality", "flagged", "text"]
-    # docs/label_issues.md: the labels.show most suspect documents, flagged or not (it listed the flagged only)
+    # docs/label_issues.md: the labels.show most suspect documents, the flagged first (issue 60: by
+    # quality alone 9 of BBC's 20 were flagged), then the unflagged, each lowest quality first
     assert summary["show"] > summary["flagged"] and len(worst.rows) == summary["show"]
-    assert [r[0] for r in worst.rows] == table["source_path"][:summary["show"]].tolist()
+    flagged, unflagged = table[table["flagged"]], table[~table["flagged"]]
+    expected = flagged["source_path"].tolist() + unflagged["source_path"][:summary["show"] - len(flagged)].tolist()
+    assert [r[0] for r in worst.rows] == expected
+    assert [r[5] for r in worst.rows] == ["yes"] * len(flagged) + ["no"] * (summary["show"] - len(flagged))
     assert all(r[2] != r[3] for r in worst.rows if r[5] == "yes")  # a flagged label is not the one suggested
     warned = label_noise_note({**summary, "estimated_noise": 0.2, "noise_warn": 0.1, "label_noise": "warn"})
     assert "label_noise: warn" in warned[0].text and "20.0%" in warned[0].text
@@ -361,6 +365,20 @@ def test_fold_count_is_the_smallest_class_in_groups():
     assert fold_count(labels, groups, 2) == 2
 
 
+def test_a_multilabel_corpus_is_folded_by_each_documents_rarest_label_and_says_so(caplog):
+    """Issue 60, item 9: the folds were stratified by each document's first label by name, and
+    the lowered-folds line named 'tech' (a common label, last by name) as the smallest class."""
+    from textclf.evaluate.label_issues import fold_count, rarest_labels
+
+    sets = np.array(['["business"]'] * 30 + ['["business", "tech"]'] * 3 + ['["sport"]'] * 20 +
+                    ['["sport", "tech"]'] * 20, dtype=object)  # tech on 23, but first by name on none
+    strata = rarest_labels(sets)
+    assert strata.tolist() == ["business"] * 30 + ["tech"] * 3 + ["sport"] * 20 + ["tech"] * 20
+    with caplog.at_level("WARNING"):
+        fold_count(strata, np.arange(len(sets)), 30, "the documents whose rarest label is")
+    assert "labels.folds=30 lowered to 20: the documents whose rarest label is 'sport' has 20" in caplog.text
+
+
 def test_the_multilabel_judge_forks_no_worker_pool(monkeypatch):
     """cleanlab's default n_jobs forked a pool whose workers inherited the stage's SIGTERM
     handler: every multi-label run printed `Process ForkPoolWorker-N: Traceback ...
@@ -379,3 +397,24 @@ def test_the_multilabel_judge_forks_no_worker_pool(monkeypatch):
                     dtype=object)
     verdict = judge_sets(sets, rng.random((300, 4)), labels)
     assert set(verdict["noise"]) == set(labels) and len(verdict["flagged"]) == 300
+
+
+def test_an_overlapping_pair_counts_documents_it_holds():
+    """Issue 60, item 8: cleanlab's "Num Overlapping Examples" (its joint times N) gave a class
+    of 7 documents an overlap of 78 with another; the table now counts the documents labelled
+    one class of the pair whose judges' top class is the other."""
+    from textclf.evaluate.label_issues import judge
+    rng = np.random.default_rng(0)
+    sizes = [400, 300, 200, 100, 7, 7, 7]
+    given = np.concatenate([[i] * n for i, n in enumerate(sizes)])
+    probs = rng.dirichlet(np.full(len(sizes), 0.5), size=len(given))
+    probs[given < 4, given[given < 4]] += 0.5  # the big classes judged fairly, the small ones not
+    probs /= probs.sum(axis=1, keepdims=True)
+    classes = [f"c{i}" for i in range(len(sizes))]
+    pairs = judge(given, probs, classes)["overlapping"]
+    judged = probs.argmax(axis=1)
+    assert pairs
+    for pair in pairs:
+        a, b = classes.index(pair["a"]), classes.index(pair["b"])
+        assert pair["documents"] == int(((given == a) & (judged == b)).sum() + ((given == b) & (judged == a)).sum())
+        assert pair["documents"] <= sizes[a] + sizes[b]

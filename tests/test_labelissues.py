@@ -93,8 +93,8 @@ def test_accept_writes_the_decisions_that_ingest_applies(reviewed):
     table.to_csv(sheet, index=False)
     fixes = folder / "corrections.csv"
     accept(folder, sheet, fixes)
-    # the kept label is a row too: remembered, so the next review leaves it out
-    written = "doc,label\nbusiness/01.txt,tech\nsport/02.txt,sport\ntech/03.txt,drop\n"
+    # the kept label is a row too, marked kept: remembered, so the next review leaves it out
+    written = "doc,label,kept\nbusiness/01.txt,tech,\nsport/02.txt,sport,yes\ntech/03.txt,drop,\n"
     assert fixes.read_text() == written
     accept(folder, sheet, fixes)  # again: nothing new, nothing doubled
     assert fixes.read_text() == written
@@ -109,6 +109,23 @@ def test_accept_refuses_a_decision_that_contradicts_the_corrections_file(reviewe
     with pytest.raises(UserError, match=r"row 2 decides 'tech' for .*corrections.csv row 2 says 'entertainment'"):
         accept(folder, sheet, fixes)
     assert fixes.read_text() == "doc,label\nbusiness/01.txt,entertainment\n"  # nothing written
+
+
+def test_accept_refuses_a_sheet_that_gives_one_document_two_labels_naming_both_rows(reviewed):
+    """Issue 60, defect 1: decisions are keyed by document, so the second row overwrote the
+    first and the last row won without a word."""
+    folder, sheet, _ = reviewed
+    table = pd.read_csv(sheet)
+    table.loc[table["source_path"] == "sport/02.txt", "label"] = "sport"
+    twice = table[table["source_path"] == "business/01.txt"].assign(label="entertainment")
+    pd.concat([table, twice]).to_csv(sheet, index=False)  # business/01.txt: row 2 says tech, row 5 entertainment
+    fixes = folder / "corrections.csv"
+    with pytest.raises(UserError, match=r"rows 2 and 5 decide business/01.txt two ways \('tech' / 'entertainment'\)"):
+        accept(folder, sheet, fixes)
+    assert not fixes.exists()
+    pd.concat([table, twice.assign(label="tech")]).to_csv(sheet, index=False)  # twice the same answer: one row
+    accept(folder, sheet, fixes)
+    assert pd.read_csv(fixes)["doc"].tolist().count("business/01.txt") == 1
 
 
 def test_accept_refuses_a_decision_that_names_no_document(reviewed):
@@ -191,6 +208,45 @@ def test_accept_applies_ingests_rules_for_copies_and_near_duplicate_groups(tmp_p
     build_corpus(source, 1_000_000, 5, corrections=read_corrections(fixes))  # ingest takes it
 
 
+def near_copy_corpus(tmp_path: Path) -> tuple[Path, Path]:
+    """The demo corpus with business/near.txt, a near-duplicate of business/01.txt, under
+    conflicts: drop -> (the source, the corpus as ingest wrote it)."""
+    source = tmp_path / "src"
+    shutil.copytree(SAMPLE, source)
+    words = (source / "business" / "01.txt").read_text(encoding="utf-8").split()
+    words[len(words) // 2] = "indeed"
+    (source / "business" / "near.txt").write_text(" ".join(words), encoding="utf-8")
+    (tmp_path / "data").mkdir()
+    write_corpus(source, tmp_path / "data" / "corpus.parquet", 1_000_000, 5)
+    (tmp_path / "params.yaml").write_text("ingest:\n  near_duplicates:\n    conflicts: drop\n")
+    return source, tmp_path / "data" / "corpus.parquet"
+
+
+@pytest.mark.parametrize("drop_in", ["sheet", "corrections file"])
+def test_accept_takes_a_relabel_whose_near_duplicate_is_dropped_as_ingest_does(tmp_path, drop_in):
+    """Issue 60, defect 4: relabelling a document and dropping its near-duplicate leaves ingest
+    no mixed group to drop (conflicts: drop), yet accept said "the near-duplicate keeps 'business'"."""
+    from textclf.config import NearDuplicateParams
+    source, corpus = near_copy_corpus(tmp_path)
+    issues = write_issues(pd.read_parquet(corpus), tmp_path / "issues.parquet", {"business/01.txt": "tech"})
+    sheet, fixes = tmp_path / "review.csv", tmp_path / "corrections.csv"
+    main(["review", "--all", "--issues", str(issues), "--corpus", str(corpus), "--out", str(sheet)])
+    table = pd.read_csv(sheet).assign(label="")
+    table.loc[table["source_path"] == "business/01.txt", "label"] = "tech"
+    if drop_in == "sheet":
+        table.loc[table["source_path"] == "business/near.txt", "label"] = "drop"
+    else:
+        fixes.write_text("doc,label\nbusiness/near.txt,drop\n")
+    table.to_csv(sheet, index=False)
+    main(["accept", str(sheet), "--corrections", str(fixes), "--corpus", str(corpus),
+          "--params", str(tmp_path / "params.yaml")])
+    assert pd.read_csv(fixes).set_index("doc")["label"].to_dict() == {"business/01.txt": "tech",
+                                                                      "business/near.txt": "drop"}
+    fixed, _ = build_corpus(source, 1_000_000, 5, NearDuplicateParams(conflicts="drop"),
+                            corrections=read_corrections(fixes))  # ingest takes it too
+    assert fixed.set_index("source_path").loc["business/01.txt", "label"] == "tech"
+
+
 def test_a_kept_label_is_remembered_and_the_next_review_leaves_it_out(reviewed):
     folder, sheet, _ = reviewed
     fixes = folder / "corrections.csv"
@@ -241,7 +297,7 @@ def test_the_multilabel_loop_review_accept_ingest(tmp_path):
     table.loc[1, "label"] = "z|x"  # the person keeps the given set, written the other way round
     table.to_csv(sheet, index=False)
     accept(tmp_path, sheet, fixes)
-    assert fixes.read_text() == f"doc,label\n{by_id.index[1]},y|z\n{by_id.index[2]},x|z\n"
+    assert fixes.read_text() == f"doc,label,kept\n{by_id.index[1]},y|z,\n{by_id.index[2]},x|z,yes\n"
     fixed, report = build_corpus(tmp_path / "t.csv", 1_000_000, 1, off, columns=multi,
                                  corrections=read_corrections(fixes, multilabel=True))
     assert fixed.set_index("source_path").loc[by_id.index[1], "label"] == '["y", "z"]'

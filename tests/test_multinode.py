@@ -293,4 +293,5 @@ def test_join_without_the_data_stops_before_joining(tmp_path, prepared_tiny, mon
                           cwd=node1, env=node_env(node1, node1_tmp), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1 and "launching" not in proc.stderr
     assert "t.parquet (--tokens) is missing on this node: `dvc pull` it" in proc.stderr
+    assert "run `dvc repro tokenize` here" in proc.stderr  # the tokens are tokenize's (issue 60, item 8)
     assert not any(node1_tmp.iterdir())

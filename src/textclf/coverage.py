@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import math
 
+MAX_VALIDATION = 0.9  # the largest split.fractions.validation the advice suggests
+
 
 def needed_documents(coverage: float) -> int:
     """The fewest calibration documents for which a coverage has a finite threshold:
@@ -37,8 +39,12 @@ def too_few_at_split(n: int, documents: int, coverage: float, validation: float)
     needed = needed_documents(coverage)
     if n >= needed:
         return None
-    share = min(0.9, max(validation, math.ceil(100 * needed / documents) / 100 + 0.01))  # the hash split is approximate
+    share = max(validation, math.ceil(100 * needed / documents) / 100 + 0.01)  # the hash split is approximate
+    # a validation share past MAX_VALIDATION leaves train too little: the advice was "0.90 ... about
+    # 99 of 40 documents", so then only more documents give that coverage
+    other = (f"split.fractions.validation: {share:.2f} (now {validation}; about {needed} of {documents} documents, "
+             "taken from train)" if share <= MAX_VALIDATION else
+             f"add documents ({documents} cannot hold {needed} validation documents beside a training split)")
     return (f"validation holds {n} documents and serve.coverage={coverage} needs at least {needed} for prediction "
             f"sets it can guarantee: the run will finish, with every class in every set and every answer "
-            f"needs_review; set serve.coverage: {largest_coverage(n)} (or lower), or split.fractions.validation: "
-            f"{share:.2f} (now {validation}; about {needed} of {documents} documents, taken from train)")
+            f"needs_review; set serve.coverage: {largest_coverage(n)} (or lower), or {other}")

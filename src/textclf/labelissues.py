@@ -13,10 +13,12 @@ ingest.near_duplicates.conflicts: keep), worst first, a group's rows together, l
 documents the corrections file decides already. Edit `label` (a class, several joined by "|"
 for a multi-label corpus, `drop`, or blank for undecided) and save it as CSV.
 `accept` adds each decided row to the corrections file (doc = the source_path): a new label, a
-drop, or the given label kept (remembered: the next review leaves it out); an exact copy ingest
+drop, or the given label kept (marked `kept`, remembered: the next review leaves it out, until
+the source itself labels the document otherwise); an exact copy ingest
 dropped gets its text's answer. Every row is checked first as ingest will check it (a class the
-corpus has, a document it holds, a field too many, a row that contradicts the file, a
-near-duplicate left behind under conflicts: drop): every problem in one line, nothing written.
+corpus has, a document it holds, a field too many, a row that contradicts the file or another
+row of the sheet, a near-duplicate left behind with the old label under conflicts: drop): every
+problem in one line, nothing written.
 A sheet exactly as review prefilled it is refused unless --all-suggestions takes it unread.
 Ingest applies the file (docs/data_versions.md, "Correcting labels").
 """
@@ -33,6 +35,7 @@ import pyarrow.parquet as pq
 import yaml
 
 from textclf.common import UserError, atomic_path, run_stage, setup_logging
+from textclf.data.corrections import KEPT, YES
 from textclf.data.decisions import Corpus, file_form, problems, read_corpus, refuse, with_copies
 from textclf.data.labelsets import is_multilabel
 from textclf.data.mixed_groups import together
@@ -67,7 +70,8 @@ def review(issues: str, corpus: str, out: str, everything: bool = False, correct
     table = _read_issues(issues)
     if not everything:
         table = table[table["flagged"].astype(bool) | (table["group_labels"] != "")]
-        table = _undecided(table, corrections)
+        table = _undecided(table, corrections, is_multilabel(pq.read_schema(corpus).metadata)
+                           if Path(corpus).is_file() else False)
     table = together(table.sort_values("quality", kind="stable"))  # worst first, a group's rows together
     if not Path(corpus).is_file():
         raise UserError(f"{corpus} does not exist: the review quotes each text from the corpus ingest wrote "
@@ -91,11 +95,15 @@ def review(issues: str, corpus: str, out: str, everything: bool = False, correct
     return len(sheet)
 
 
-def _undecided(table: pd.DataFrame, corrections: str) -> pd.DataFrame:
-    """The documents no row of `corrections` decides (a relabel, a drop or a kept label)."""
+def _undecided(table: pd.DataFrame, corrections: str, multilabel: bool) -> pd.DataFrame:
+    """The documents no row of `corrections` decides (a relabel, a drop or a kept label that
+    the table's given label still matches: a keep the source moved away from is undecided)."""
     if not Path(corrections).is_file():
         return table
-    named = {row["doc"] for _, row in _rows(corrections, ("doc", "label"))}
+    given = dict(zip(table["doc_id"], table["given"])) | dict(zip(table["source_path"], table["given"]))
+    named = {row["doc"] for _, row in _rows(corrections, ("doc", "label"))
+             if row.get(KEPT) != YES or row["doc"] not in given
+             or file_form(given[row["doc"]], multilabel) == file_form(row["label"], multilabel)}
     left = table[~(table["doc_id"].isin(named) | table["source_path"].isin(named))]
     if len(left) < len(table):
         log.info("%d document(s) decided in %s already are left out (review --all lists every document)",
@@ -141,7 +149,11 @@ def decided(review_file: str, corpus: Corpus, said: dict[str, tuple[str, str]]) 
                 if name in said and said[name][1] != label:
                     found.append(f"row {line} decides {label!r} for {name}, but {said[name][0]} says "
                                  f"{said[name][1]!r}")
-            out[doc] = (line, label, row["source_path"])
+            if doc in out and out[doc][1] != label:  # keyed by document: the later row would win unseen
+                found.append(f"rows {out[doc][0]} and {line} decide {corpus.table.at[doc, 'source_path']} two ways "
+                             f"({out[doc][1]!r} / {label!r}): keep one")
+                continue
+            out.setdefault(doc, (line, label, row["source_path"]))
     return out, found
 
 
@@ -163,26 +175,37 @@ def accept(review_file: str, corrections: str, corpus_path: str = CORPUS, params
     corpus = read_corpus(corpus_path)
     existing = _rows(corrections, ("doc", "label")) if Path(corrections).is_file() else []
     said = {row["doc"]: (f"{corrections} row {line}", file_form(row["label"], corpus.multilabel))
-            for line, row in existing}
+            for line, row in existing if not _stale(row, corpus)}  # a stale keep: the sheet may decide anew
     decisions, found = decided(review_file, corpus, said)
     copies, clash = with_copies(decisions, corpus, said)
-    found += clash + problems({d: v[:2] for d, v in decisions.items()}, corpus, _conflicts(params))
+    standing = {doc: label for name, (_, label) in said.items() if (doc := corpus.find(name))}
+    found += clash + problems({d: v[:2] for d, v in decisions.items()}, corpus, _conflicts(params), standing)
     refuse(review_file, found)
     if (n := unread(review_file, corpus.multilabel)) and not all_suggestions:
         raise UserError(f"{review_file}: its {n} relabels are the suggestions exactly as `review` prefilled "
                         f"them (no `label` cell was edited), so accept would write {n} corrections nobody "
                         "read: review them, or pass --all-suggestions to take them as they are. Nothing was written.")
-    added = [{"doc": path, "label": label} for doc, (_, label, path) in decisions.items()
+    added = [{"doc": path, "label": label, KEPT: YES if label == corpus.table.at[doc, "label"] else ""}
+             for doc, (_, label, path) in decisions.items()
              if path not in said and doc not in said]  # a path reads well in a diff
-    kept = sum(corpus.table.at[corpus.find(r["doc"]), "label"] == r["label"] for r in added)
-    rows = [{"doc": r["doc"], "label": r["label"]} for _, r in existing] + added + copies
+    kept = sum(r[KEPT] == YES for r in added)
+    anew = {corpus.find(r["doc"]) for r in added}
+    rows = [{"doc": r["doc"], "label": r["label"], KEPT: r.get(KEPT, "")} for _, r in existing
+            if not (_stale(r, corpus) and corpus.find(r["doc"]) in anew)] + added + copies
     with atomic_path(corrections) as tmp:
-        pd.DataFrame(rows, columns=["doc", "label"]).to_csv(tmp, index=False)
+        pd.DataFrame(rows, columns=["doc", "label", KEPT]).to_csv(tmp, index=False)
     log.info("%s: %d row(s) added (%d change(s), %d kept label(s), remembered: `review` leaves them out; "
              "%d exact copies given their text's answer), %d now; `dvc repro` applies them, "
              "`python -m textclf.datadiff HEAD workspace` shows them",
              corrections, len(added) + len(copies), len(added) - kept, kept, len(copies), len(rows))
     return len(added) + len(copies)
+
+
+def _stale(row: dict[str, str], corpus: Corpus) -> bool:
+    """A kept label the corpus no longer carries: the source moved on, and ingest ignores the row."""
+    doc = corpus.find(row["doc"])
+    return (row.get(KEPT) == YES and doc is not None
+            and corpus.table.at[doc, "label"] != file_form(row["label"], corpus.multilabel))
 
 
 def _conflicts(params: str) -> str:

@@ -11,12 +11,18 @@ text left uncorrected (the copy would bring the old label back, or keep a droppe
 under ingest.near_duplicates.conflicts: drop a relabelled near-duplicate whose group keeps the
 old label (the drop would take the corrected text too; under keep, the default, the group stays
 and the labels stage lists it for review).
+
+A row whose optional `kept` cell says `yes` is a label kept at review, not a correction: it
+changes nothing while the source gives that label, and once the source labels the document
+otherwise it stops applying (the source's label stands, one warning line), since the person
+decided on a label the source no longer gives.
 """
 from __future__ import annotations
 
 import csv
 import hashlib
 import io
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +32,8 @@ from textclf.data.labelsets import canonical, labels_of
 from textclf.data.ledger import doc_id
 
 COLUMNS = ("doc", "label")
+KEPT = "kept"  # the optional third column: `yes` on a label kept at review
+YES = "yes"
 DROP = "drop"
 MULTI_JOIN = "|"  # a multi-label correction's labels, as reports/label_issues.parquet joins them
 
@@ -35,6 +43,7 @@ class Decision:
     row: int  # the file's line number (the header is line 1)
     doc: str  # as the file names it
     label: str | None  # the corpus's form of the new label; None: drop
+    kept: bool = False  # a label kept at review: applies only while the source gives it
 
 
 @dataclass
@@ -45,6 +54,7 @@ class Corrections:
     by_name: dict[str, Decision]
     relabelled: list[dict[str, Any]] = field(default_factory=list)
     dropped: list[dict[str, Any]] = field(default_factory=list)
+    stale: list[dict[str, Any]] = field(default_factory=list)  # keeps the source now disagrees with
     _used: set[int] = field(default_factory=set)  # rows that named a document read
     _texts: dict[bytes, tuple[Decision, str]] = field(default_factory=dict)  # digest -> (decision, path)
 
@@ -64,8 +74,11 @@ class Corrections:
                             f"with two answers ({one.label or DROP} / {other.label or DROP}): keep one row.")
         self._used.update(d.row for d in found)
         d = found[0]
-        self._texts[digest] = (d, path)
         entry = {"path": path, "doc_id": doc_id(path), "label": label, "row": d.row}
+        if d.kept and d.label != label:  # the source moved on: putting the old label back is no one's decision
+            self.stale.append({**entry, "kept": d.label})
+            return label
+        self._texts[digest] = (d, path)
         if d.label is None:
             self.dropped.append(entry)
         elif d.label != label:
@@ -92,6 +105,13 @@ class Corrections:
                                 f"{', '.join(sorted(classes))}): fix its spelling, or add the class first "
                                 "(a class folder, or rows with that label, with at least ingest.min_per_class "
                                 "documents), then correct documents into it.")
+        if self.stale:
+            first = self.stale[0]
+            logging.getLogger("ingest").warning(
+                "%s: %d kept label(s) no longer applied: row %d kept %r for %s, but the source now labels it "
+                "%r%s; the source's label stands (`python -m textclf.labelissues review` lists it again)",
+                self.path, len(self.stale), first["row"], first["kept"], first["path"], first["label"],
+                f" (and {len(self.stale) - 1} more)" if len(self.stale) > 1 else "")
 
     def check_copies(self, paths: list[str], labels: list[str], digests: list[bytes]) -> None:
         """Every kept exact copy of a corrected text carries the correction: otherwise the copy
@@ -124,7 +144,8 @@ class Corrections:
         """The report's keys (ingest_report.json): which file, and what it changed."""
         return {"corrections": {"file": self.path, "md5": self.md5, "rows": len(self._distinct())},
                 "relabelled_by_corrections": {"count": len(self.relabelled), "documents": self.relabelled},
-                "dropped_by_corrections": {"count": len(self.dropped), "documents": self.dropped}}
+                "dropped_by_corrections": {"count": len(self.dropped), "documents": self.dropped},
+                "kept_no_longer_applied": {"count": len(self.stale), "documents": self.stale}}
 
 
 def _label(value: str, multilabel: bool) -> str | None:
@@ -160,7 +181,11 @@ def read_corrections(path: str | Path, multilabel: bool = False) -> Corrections:
         if not doc or not value:
             raise UserError(f"{path} row {line}: {'doc' if not doc else 'label'} is blank: give a doc_id or "
                             "source_path and a label (or `drop`), or delete the row.")
-        d = Decision(line, doc, _label(value, multilabel))
+        kept = (row.get(KEPT) or "").strip().lower()
+        if kept not in ("", YES) or (kept and value == DROP):
+            raise UserError(f"{path} row {line}: `kept` is {kept!r}: it is `yes` on a label kept at review (not "
+                            "on a drop), else blank.")
+        d = Decision(line, doc, _label(value, multilabel), kept == YES)
         before = by_name.get(doc)
         if before and before.label != d.label:
             raise UserError(f"{path} rows {before.row} and {line} name {doc!r} with two answers "

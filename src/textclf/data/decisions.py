@@ -78,9 +78,11 @@ def with_copies(decisions: dict[str, tuple[int, str, str]], corpus: Corpus,
 
 
 
-def problems(decisions: dict[str, tuple[int, str]], corpus: Corpus, conflicts: str) -> list[str]:
-    """{doc_id: (sheet line, label in file form)} -> every problem ingest would stop on, as
-    "row N: ..." (none: the decisions can be written)."""
+def problems(decisions: dict[str, tuple[int, str]], corpus: Corpus, conflicts: str,
+             standing: dict[str, str] | None = None) -> list[str]:
+    """{doc_id: (sheet line, label in file form)} and the corrections file's `standing`
+    {doc_id: label} -> every problem ingest would stop on, as "row N: ..." (none: the decisions
+    can be written)."""
     found = []
     for doc, (line, label) in decisions.items():
         new = [x for x in (label.split(MULTI_JOIN) if corpus.multilabel else [label]) if x not in corpus.classes]
@@ -93,11 +95,15 @@ def problems(decisions: dict[str, tuple[int, str]], corpus: Corpus, conflicts: s
         if conflicts != "drop" or label == DROP:
             continue
         group = table.index[(table["group"] == table.at[doc, "group"]) & (table.index != doc)]
-        left = [o for o in group if decisions.get(o, (0, table.at[o, "label"]))[1] != label]
+        after = {o: decisions[o][1] if o in decisions else (standing or {}).get(o, table.at[o, "label"])
+                 for o in group}
+        # a near-duplicate a correction drops never reaches ingest's groups, so it leaves no conflict
+        left = [o for o, was in after.items() if was not in (label, DROP)]
         if left:
             found.append(f"row {line}: relabels {table.at[doc, 'source_path']}, but its near-duplicate "
-                         f"{table.at[left[0], 'source_path']} keeps {table.at[left[0], 'label']!r} and "
-                         "ingest.near_duplicates.conflicts: drop would drop the group: give it the same answer")
+                         f"{table.at[left[0], 'source_path']} keeps {after[left[0]]!r} and "
+                         "ingest.near_duplicates.conflicts: drop would drop the group: give it the same answer, "
+                         "or drop it")
     return found
 
 

@@ -26,7 +26,7 @@ from typing import Iterator
 
 from textclf.data.ingest_report import IngestReport, SkipReason
 from textclf.data.labelsets import canonical, label_set, refuse_single_label_list
-from textclf.data.text import decode
+from textclf.data.text import decode, not_text
 from textclf.common import UserError, open_parquet
 
 log = logging.getLogger(__name__)
@@ -35,6 +35,7 @@ FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl", ".
 BATCH_ROWS = 10_000
 CSV_BLOCK_BYTES = 1 << 22
 SHOWN = 5  # file and column names an error line lists before counting the rest
+SNIFF_BYTES = 1 << 16  # a CSV's head read for binary data before pyarrow parses it
 
 
 @dataclass(frozen=True)
@@ -234,6 +235,11 @@ def _arrow_rows(path: Path, name: str, fmt: str, columns: Columns) -> Iterator[R
         _check_columns(path, reader.schema_arrow.names, columns)
         batches = reader.iter_batches(batch_size=BATCH_ROWS, columns=wanted)
     else:
+        # pyarrow hands a malformed row's bytes to Python as UTF-8: non-UTF-8 bytes print its traceback
+        with (gzip.open if path.name.lower().endswith(".gz") else open)(path, "rb") as fh:
+            if why := not_text(fh.read(SNIFF_BYTES)):
+                raise UserError(f"{path} is not a UTF-8 text table ({why}): a {fmt.upper()} source must be UTF-8 "
+                                "text with a header row; export it as such, or remove it from ingest.source.")
         batches = _csv_batches(path, fmt, columns, malformed)
     n = 0
     for batch in batches:
@@ -291,6 +297,7 @@ def read_rows(files: list[Path], columns: Columns, root: Path) -> Iterator[Row]:
                 yield from _arrow_rows(path, name, fmt, columns)
         except (pa.ArrowException, OSError, EOFError, zlib.error) as err:
             detail = str(err).splitlines()[0] if str(err) else type(err).__name__
+            detail = "".join(c for c in detail if c.isprintable() and c != "\ufffd")  # pyarrow quotes raw rows
             gz = ", and the .gz whole" if path.name.lower().endswith(".gz") else ""
             need = {"parquet": "a whole Parquet file", "jsonl": "UTF-8 JSON Lines"}.get(
                 fmt, "UTF-8 with a header row") + gz

@@ -29,3 +29,16 @@ def decode(data: bytes) -> tuple[str | None, str]:
         return data.decode("cp1252"), "cp1252"
     except UnicodeDecodeError:  # the five bytes cp1252 leaves undefined
         return data.decode("latin-1"), "latin-1"
+
+
+def not_text(head: bytes) -> str | None:
+    """A text file's first bytes -> why they are no UTF-8 text (a NUL byte: binary; else the
+    first byte UTF-8 cannot hold), or None. A multi-byte character cut at the end is text."""
+    if b"\x00" in head:
+        return "binary: a NUL byte in its first bytes"
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as err:
+        if err.start < len(head) - 3:
+            return f"not UTF-8: byte 0x{head[err.start]:02x} at offset {err.start}"
+    return None

@@ -52,21 +52,31 @@ def read_corpus(corpus: str) -> pa.Table:
     return pq.read_table(corpus, columns=["doc_id", "label", "source_path", "group", "text"])
 
 
-def fold_count(labels: np.ndarray, groups: np.ndarray, folds: int) -> int:
+def rarest_labels(sets: np.ndarray) -> np.ndarray:
+    """Multi-label: each document's rarest label (fewest documents in the corpus, ties by name),
+    its fold stratum: a label set is too rare a stratum, and the first label by name left the
+    rare labels unstratified and the fold line naming a common one."""
+    counts = pd.Series([c for s in sets.tolist() for c in labels_of(s)]).value_counts()
+    return np.array([min(labels_of(s), key=lambda c: (counts[c], c)) if labels_of(s) else ""
+                     for s in sets.tolist()], dtype=object)
+
+
+def fold_count(labels: np.ndarray, groups: np.ndarray, folds: int, what: str = "class") -> int:
     """labels.folds, lowered to what the smallest class allows (its near-duplicate groups: a
     group stays in one fold), at least 2; said in one line, with the classes too small for
-    any fold (a single group: each is judged by a model that never saw its class)."""
+    any fold (a single group: each is judged by a model that never saw its class). `what`
+    names a stratum in that line (a multi-label corpus's: the documents whose rarest label it is)."""
     per_class = pd.DataFrame({"label": labels, "group": groups}).groupby("label")["group"].nunique()
     usable = max(2, min(folds, int(per_class.min())))
     if usable < folds:
         tiny = sorted(map(str, per_class.index[per_class < 2]))
-        log.warning("labels.folds=%d lowered to %d: class %r has %d document group(s)%s", folds, usable,
+        log.warning("labels.folds=%d lowered to %d: %s %r has %d document group(s)%s", folds, usable, what,
                     str(per_class.idxmin()), int(per_class.min()),
                     f"; too small for any fold, judged by models that never saw their class: {tiny}" if tiny else "")
     return usable
 
 
-def fold_of(labels: np.ndarray, groups: np.ndarray, folds: int, seed: int) -> np.ndarray:
+def fold_of(labels: np.ndarray, groups: np.ndarray, folds: int, seed: int, what: str = "class") -> np.ndarray:
     """(N,) fold of each document: near-duplicate groups kept whole, labels stratified, in
     fold_count(labels.folds) folds."""
     from sklearn.model_selection import StratifiedGroupKFold
@@ -75,7 +85,7 @@ def fold_of(labels: np.ndarray, groups: np.ndarray, folds: int, seed: int) -> np
     if n_groups < 2:
         raise UserError(f"labels.folds={folds} but the corpus holds {n_groups} document group(s); "
                         "cross-fitting needs at least 2: add documents.")
-    folds = fold_count(labels, groups, folds)
+    folds = fold_count(labels, groups, folds, what)
     fold = np.empty(len(labels), dtype=np.int64)
     splitter = StratifiedGroupKFold(n_splits=folds, shuffle=True, random_state=seed)
     with warnings.catch_warnings():  # a class with fewer groups than folds: fold_count said so
@@ -141,11 +151,19 @@ def judge(given: np.ndarray, probs: np.ndarray, classes: list[str]) -> dict:
     noise = 1 - np.diag(joint) / np.maximum(joint.sum(axis=1), 1e-12)
     pairs = find_overlapping_classes(labels=given, pred_probs=probs, class_names=classes)
     pairs = pairs[pairs["Num Overlapping Examples"] > 0].head(TOP_PAIRS)
+    # cleanlab's count is its joint times N, an estimate that gave a class of 7 documents an
+    # "overlap" of 78; shown instead: the documents labelled one class whose judges' top is the other
+    judged = probs.argmax(axis=1)
     return {"quality": quality, "flagged": flagged, "noise": dict(zip(classes, noise.round(4).tolist())),
             "estimated_noise": round(float(1 - np.trace(joint)), 4),
             "overlapping": [{"a": r["Class Name A"], "b": r["Class Name B"],
-                             "documents": int(r["Num Overlapping Examples"]),
+                             "documents": crossed(given, judged, r["Class Index A"], r["Class Index B"]),
                              "joint": round(float(r["Joint Probability"]), 4)} for _, r in pairs.iterrows()]}
+
+
+def crossed(given: np.ndarray, judged: np.ndarray, a: int, b: int) -> int:
+    """Documents labelled `a` whose judges' most probable class is `b`, and the other way round."""
+    return int(((given == a) & (judged == b)).sum() + ((given == b) & (judged == a)).sum())
 
 
 def model_accuracy(doc_ids: np.ndarray, flagged_by_baseline: np.ndarray, predictions: pd.DataFrame) -> dict:
@@ -180,10 +198,10 @@ def run_labels(paths: LabelsPaths) -> None:
     doc_ids = corpus.column("doc_id").to_numpy(zero_copy_only=False)
     labels = corpus.column("label").to_numpy(zero_copy_only=False)  # (N,) a class, or a label set
     classes = sorted({c for s in set(labels.tolist()) for c in labels_of(s)} if multilabel else set(labels.tolist()))
-    # multi-label: folds stratified by each document's first label (a label set is too rare a stratum)
-    strata = np.array([(labels_of(s) or [""])[0] for s in labels.tolist()], dtype=object) if multilabel else labels
+    strata = rarest_labels(labels) if multilabel else labels
     groups = corpus.column("group").to_numpy(zero_copy_only=False)
-    fold = fold_of(strata, groups, cfg.folds, params.baseline.seed)
+    fold = fold_of(strata, groups, cfg.folds, params.baseline.seed,
+                   "the documents whose rarest label is" if multilabel else "class")
     # auto resolved once, on the whole corpus: every fold's judge weighs its classes alike
     weights = resolve(params.train.class_weights, hot(labels, classes) if multilabel else labels)
     if multilabel:

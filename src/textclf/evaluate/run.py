@@ -213,6 +213,8 @@ def run(paths: EvaluatePaths) -> None:
     metrics["guards"] = {name: g["status"] for name, g in guard_results.items()}
     # the classes the kept model never recalls on validation: the report names them
     metrics["silent_classes"] = guard_results.get("silent_class", {}).get("classes", [])
+    if "class_weights" in guard_results.get("silent_class", {}):  # the weighting train used: the report's advice
+        metrics["class_weights"] = guard_results["silent_class"]["class_weights"]
     metrics["baseline"] = read_json(paths.baseline)
     metrics["gap"] = {k: metrics[k] - metrics["baseline"][k] for k in ("accuracy", "macro_f1")}
     metrics.update(versus_baseline(model_frame, pd.read_parquet(paths.baseline_predictions), labels, cfg,

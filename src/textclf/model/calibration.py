@@ -174,4 +174,21 @@ def review_for(calibration: Calibration | None, coverage: float | None, review_b
         line = too_few(len(calibration.scores), coverage, where)
         warn_once(len(calibration.scores), coverage, line)
         return Review(coverage=coverage, review_below=review_below, cut=0.0, unguaranteed=line)
+    if threshold >= WHOLE_SET and _say_once(f"{where} whole {coverage}"):  # guaranteed, but sets of every class
+        log.warning("%s", whole_sets(np.asarray(calibration.scores), coverage, where))
     return Review(coverage=coverage, review_below=review_below, cut=1.0 - threshold)
+
+
+# a conformal threshold this close to 1: its cut (1 - it) lets nearly every class into every set
+WHOLE_SET = 0.999
+
+
+def whole_sets(scores: np.ndarray, coverage: float, where: str) -> str:
+    """The line for a coverage whose threshold is a validation document its judges all but ruled
+    out (its label got under 0.001): every set holds (nearly) every class. The validation
+    scores guarantee it, and answer nothing useful; names the largest coverage that does."""
+    steps = [c / 100 for c in range(int(round(coverage * 100)) - 1, 49, -1)]
+    useful = next((c for c in steps if (t := conformal_threshold(scores, c)) is not None and t < WHOLE_SET), None)
+    return (f"serve.coverage={coverage} on {where}'s {len(scores)} validation documents: its threshold is a document "
+            "whose label got a probability under 0.001, so every prediction set holds nearly every class"
+            + (f"; serve.coverage {useful} gives sets that tell classes apart" if useful else ""))

@@ -41,20 +41,23 @@ def labels_section(summary: dict, table: pd.DataFrame, corpus: pd.DataFrame) -> 
              "ones not flagged: how far a wrong test label can move the headline."),
         noise_table(summary)]
     if summary["overlapping"]:
-        blocks.append(Table(["class", "class", "documents in the overlap", "joint probability"],
+        blocks.append(Table(["class", "class", "documents labelled one, judged the other", "joint probability"],
                             [[p["a"], p["b"], p["documents"], f"{p['joint']:.4f}"]
                              for p in summary["overlapping"]]))
     blocks += mixed_groups_blocks(summary, table)
-    # the labels.show most suspect, flagged or not: the table is sorted by quality, lowest first
-    worst = table.head(summary["show"]).merge(corpus[["doc_id", "text"]], on="doc_id", how="left")
+    # the labels.show most suspect: the flagged first (the verdict; quality alone put 11 unflagged
+    # among BBC's 20), then the lowest quality unflagged; each part lowest quality first
+    order = table.sort_values("flagged", ascending=False, kind="stable")  # the table: quality, lowest first
+    worst = order.head(summary["show"]).merge(corpus[["doc_id", "text"]], on="doc_id", how="left")
     if worst.empty:
         return blocks
     rows = [[r.source_path, r.split, r.given, r.suggested, quality(r.quality), "yes" if r.flagged else "no",
              " ".join(str(r.text).split())[:SNIPPET] + "…"] for r in worst.itertuples()]
     flagged = int(worst["flagged"].sum())
-    return blocks + [Para(f"The {len(rows)} most suspect documents (`labels.show`; {flagged} of them flagged; "
-                          "reports/label_issues.parquet holds every document); quality is the probability the "
-                          "judges give the label the document carries (cleanlab's self-confidence), lowest first:"
+    return blocks + [Para(f"The {len(rows)} most suspect documents (`labels.show`: the flagged first, {flagged} "
+                          "here, then the unflagged; reports/label_issues.parquet holds every document); quality is "
+                          "the probability the judges give the label the document carries (cleanlab's "
+                          "self-confidence), lowest first in each part:"
                           + ("" if flagged else " no label is flagged.")),
                      Table(["document", "split", "given", "suggested", "quality", "flagged", "text"], rows)]
 

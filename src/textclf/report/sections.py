@@ -11,6 +11,7 @@ import pandas as pd
 from textclf.config import flatten
 from textclf.data.ingest_report import lost_line
 from textclf.data.versions import described
+from textclf.data.weights import silent_advice
 from textclf.evaluate.comparison import WORSE
 from textclf.evaluate.comparison import headline as verdict_line
 from textclf.report import figures
@@ -43,7 +44,7 @@ def headline(metrics: dict, collapsed_epochs: Sequence[int] = ()) -> list[Block]
     recovered = (f" (epochs {', '.join(map(str, collapsed_epochs))} collapsed; the kept epoch "
                  f"{metrics.get('kept_epoch')} did not, see the training curve)")
     silent = named([f"{c['class']} ({c['support']} validation documents)" for c in metrics.get("silent_classes", [])])
-    silent_note = f" (never recalled on validation: {silent}; try train.class_weights: balanced)"
+    silent_note = f" (never recalled on validation: {silent}; {silent_advice(metrics.get('class_weights', 'none'))})"
 
     def note(name: str) -> str:
         if name == "silent_class":

@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -33,6 +34,10 @@ def dvc(*args: str, env: dict[str, str] | None = None) -> str:
     """`dvc ARGS` -> what it printed. Its output goes through files, not pipes: the worker that
     `dvc queue start` leaves behind inherits them, and a pipe would keep this call waiting
     until that worker exits (after the whole queue ran)."""
+    env = dict(os.environ if env is None else env)
+    # this interpreter's bin first, as `source .venv/bin/activate` would: `.venv/bin/python -m
+    # textclf.sweep` from a shell without the venv then finds dvc, and dvc each stage's python
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         proc = subprocess.run(["dvc", *args], stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env)
         out.seek(0), err.seek(0)

@@ -17,6 +17,7 @@ from torch import nn
 from textclf.common import UserError
 from textclf.evaluate.metrics import confusion, per_class_scores
 from textclf.data.labelsets import label_sets
+from textclf.data.weights import silent_advice
 
 log = logging.getLogger(__name__)
 USUAL_LR = "1e-5…5e-5"
@@ -176,11 +177,12 @@ def recall_check(pred: np.ndarray, y_true: np.ndarray | list[int], labels: list[
     return {"support": support.tolist(), "predicted": matrix.sum(axis=0).tolist(), "recall": recall.tolist()}
 
 
-def judge_silent_class(entry: dict, labels: list[str], min_support: int) -> tuple[str, str, list[dict]]:
+def judge_silent_class(entry: dict, labels: list[str], min_support: int,
+                       weights: str = "none") -> tuple[str, str, list[dict]]:
     """The kept epoch's recall_check -> (status, message, silent classes). A class with at least
     `min_support` validation documents, none of them recalled, is one the model ignores: the
     collapse guard cannot see it (no class takes the predictions), and accuracy barely moves
-    when the class is rare."""
+    when the class is rare. `weights`: the class weighting the training used (none, balanced)."""
     silent = [{"class": label, "support": entry["support"][i], "predicted": entry["predicted"][i]}
               for i, label in enumerate(labels)
               if entry["support"][i] >= min_support and entry["recall"][i] == 0]
@@ -192,8 +194,7 @@ def judge_silent_class(entry: dict, labels: list[str], min_support: int) -> tupl
     named = ", ".join(f"{c['class']!r} ({c['support']} validation document{'s' * (c['support'] > 1)}, "
                       f"predicted for {c['predicted']})" for c in silent)
     message = (f"the model never gets {named} right: recall 0 on validation{unjudged}. A rare class "
-               "the model ignores barely moves accuracy; try train.class_weights: balanced, more "
-               "documents of that class, or more epochs (train.epochs).")
+               f"the model ignores barely moves accuracy; {silent_advice(weights)}.")
     return "warn", message, silent
 
 

@@ -225,10 +225,10 @@ def check_same_inputs(accelerator, key: str, processes: int) -> None:
 def check_local_inputs(inputs: TrainInputs, model_name: str) -> None:
     """What this node must have before it joins: a worker that fails before the process group
     forms leaves the other nodes waiting for it (gloo's 30-minute default), not failing."""
-    for flag, path in (("--tokens", inputs.tokens), ("--splits", inputs.splits)):
+    for flag, path, stage in (("--tokens", inputs.tokens, "tokenize"), ("--splits", inputs.splits, "split")):
         if not Path(path).is_file():
             raise UserError(f"{path} ({flag}) is missing on this node: `dvc pull` it (node 0 pushed it "
-                            "with `dvc push`), or run `dvc repro split` here, before joining.")
+                            f"with `dvc push`), or run `dvc repro {stage}` here, before joining.")
     resolve_model_name(model_name)  # an installed package without weights fails here
 
 

@@ -226,8 +226,10 @@ class EpochLogger:
     history loaded on resume are written to the CSV again; the stage queues them again and
     the RunLog logs those the run lacks."""
 
-    def __init__(self, path: str, y_val: list, labels: list[str], cfg: TrainParams, book: GuardBook):
+    def __init__(self, path: str, y_val: list, labels: list[str], cfg: TrainParams, book: GuardBook,
+                 weights: str = "none"):
         self.path, self.y_val, self.labels, self.cfg, self.book = Path(path), y_val, labels, cfg, book
+        self.weights = weights  # the class weighting train.class_weights resolved to: silent_class's advice
         self.rows: list[dict[str, Any]] = []
         self.history: list[dict[str, Any]] = []  # collapse_check per epoch
         self.write()
@@ -273,15 +275,14 @@ class EpochLogger:
                 guards.recall_check(pred, self.y_val, self.labels))
 
     def use_thresholds(self, epoch: int, probs, thresholds) -> None:
-        """Multi-label, once the thresholds are tuned: the kept epoch's recalls at those
-        thresholds (silent_class judges the labels the model will give), and its top label set
-        there beside the collapse the curve records at 0.5, which the collapse guard judges: a
-        model that gives the empty set to every document at 0.5 collapsed, whatever thresholds
-        tuned afterwards make of its probabilities (the report showed `collapsed 1` in the curve
-        and `collapse: pass` in the guard table)."""
+        """Multi-label, once the thresholds are tuned: the kept epoch's top label set at those
+        thresholds, said beside the collapse the curve records at 0.5. Both guards judge at 0.5,
+        one rule: a model that gives the empty set to every document there collapsed, and its
+        labels are silent, whatever thresholds tuned afterwards make of its probabilities
+        (silent_class judged at the tuned ones passed such a model; issue 60)."""
         entry = next(h for h in self.history if h["epoch"] == epoch)
-        stats, recalls = self.checks(probs, thresholds)
-        entry.update({**recalls, "tuned": {k: stats[k] for k in ("top_class", "top_share")}})
+        stats, _ = self.checks(probs, thresholds)
+        entry.update({"tuned": {k: stats[k] for k in ("top_class", "top_share")}})
 
     def judge(self, kept_epoch: int, final: bool = False) -> str:
         """Record the collapse and silent_class guards for the kept epoch -> the collapse
@@ -292,8 +293,9 @@ class EpochLogger:
         self.book.record("collapse", status, message, epoch=kept_epoch, collapsed_epochs=collapsed)
         kept = next(h for h in self.history if h["epoch"] == kept_epoch)  # judge_collapse found it
         silent_status, silent_message, silent = guards.judge_silent_class(kept, self.labels,
-                                                                          self.cfg.silent_class_support)
-        self.book.record("silent_class", silent_status, silent_message, epoch=kept_epoch, classes=silent)
+                                                                          self.cfg.silent_class_support, self.weights)
+        self.book.record("silent_class", silent_status, silent_message, epoch=kept_epoch, classes=silent,
+                         class_weights=self.weights)
         if final and silent_status != "pass":
             log.warning("silent_class guard: %s", silent_message)
         if final and status != "pass":

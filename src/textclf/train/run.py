@@ -24,6 +24,7 @@ from accelerate.utils import set_seed
 from torch import nn
 
 from textclf.config import Params, TrainParams, changed_since, flatten, load_params
+from textclf.data.weights import resolve
 from textclf.inference.serving import log_pyfunc
 from textclf.common import UserError, atomic_path, deferred_interrupts, write_csv, write_json
 from textclf.model.batching import Collator, Split, read_token_splits
@@ -191,7 +192,8 @@ def train(job: Training) -> Trained:
     tags until the store takes them."""
     cfg, tracker = job.params.train, job.tracker
     book = GuardBook(job.paths.guards, tracker)
-    curve = EpochLogger(job.paths.curve, job.splits["validation"].labels, job.labels, cfg, book)
+    curve = EpochLogger(job.paths.curve, job.splits["validation"].labels, job.labels, cfg, book,
+                        resolve(cfg.class_weights, job.splits["train"].labels))
     selector = EpochSelector(cfg.select, cfg.patience, cfg.select_metric)
     job.checkpointer.attach(guards=book, curve=curve, selector=selector)  # resumed: each loads its state
     for row in curve.rows:  # resumed: the run gets the checkpoint's epochs it lacks (RunLog
@@ -237,20 +239,23 @@ def save_and_upload(job: Training, trained: Trained, tracker: RunLog, active: Ac
                        job.params.train)
     with atomic_path(paths.model_dir, folder=True) as tmp:  # a kill mid-save leaves no half model
         save_model(model, tmp, job.tokenizer, job.params.sections(LOGGED_SECTIONS), tuned, calibration)
-    model_uri = upload(paths, tracker, example_texts(job.tokenizer, job.splits["validation"]))
+    serve = job.params.serve  # the review it answers with, as at training (serve.* then reruns evaluate only)
+    model_uri = upload(paths, tracker, example_texts(job.tokenizer, job.splits["validation"]),
+                       {"coverage": serve.coverage, "review_below": serve.review_below})
     write_json(paths.run_file, {"run_id": active.info.run_id, "experiment_id": active.info.experiment_id,
                                 "tracking_uri": mlflow.get_tracking_uri(),
                                 "model_uri": model_uri, "kept_epoch": selector.kept_epoch,
                                 "epochs_trained": selector.last_epoch})
 
 
-def upload(paths: TrainPaths, tracker: RunLog, examples: list[str]) -> str:
-    """The queued metrics and tags, the weight change and the model into the store -> the
-    model's URI. A store that fails stops the stage in one line (store_gone)."""
+def upload(paths: TrainPaths, tracker: RunLog, examples: list[str], review: dict) -> str:
+    """The queued metrics and tags, the weight change and the model, answering with `review`
+    ({coverage, review_below}: serve.*), into the store -> the model's URI. A store that fails
+    stops the stage in one line (store_gone)."""
     try:
         if tracker.flush():
             tracker.log_artifact(paths.movement)
-            return log_pyfunc(paths.model_dir, examples).model_uri
+            return log_pyfunc(paths.model_dir, examples, review=review).model_uri
     except Exception as err:
         if not tracker.failed(err, warn=False):
             raise

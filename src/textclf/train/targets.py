@@ -33,8 +33,9 @@ def loss_weights(job: Training) -> np.ndarray | None:
     ratio = imbalance(train.labels)
     job.tracker.set_tag("class_weights", used)
     if mode == "auto":
-        log.info("train.class_weights: auto is %s here: the largest training class is %.1f times the smallest "
-                 "(balanced from %g)", used, ratio, AUTO_RATIO)
+        what = ("a label's negatives outnumber its positives up to %.1f to 1" if train.multilabel
+                else "the largest training class is %.1f times the smallest")
+        log.info("train.class_weights: auto is %s here: %s (balanced from %g)", used, what % ratio, AUTO_RATIO)
     weights = (positive_weights(train.labels, used) if train.multilabel
                else class_weights(train.labels, len(job.labels), used))
     if weights is None:
