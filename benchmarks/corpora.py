@@ -160,9 +160,15 @@ def build(corpus: str, out: Path) -> Path:
     return out
 
 
-def subsample(full: Path, cut: Path, fraction: float) -> Path:
-    """Each class folder of `full` cut to its first ceil(fraction n) files (at least MIN_KEEP) -> cut."""
-    for folder in sorted(p for p in full.iterdir() if p.is_dir()):
+# A subsample keeps every k-th class (sorted by name) where the whole corpus has more classes than
+# a benchmark can afford at MIN_KEEP documents each: packages' 182 -> 61, sizes 15-150 kept
+CLASS_STRIDE = {"packages": 3}
+
+
+def subsample(full: Path, cut: Path, fraction: float, stride: int = 1) -> Path:
+    """Each `stride`-th class folder of `full` cut to its first ceil(fraction n) files (at
+    least MIN_KEEP) -> cut."""
+    for folder in sorted(p for p in full.iterdir() if p.is_dir())[::stride]:
         files = sorted(folder.iterdir())
         (cut / folder.name).mkdir(parents=True)
         for f in files[:max(math.ceil(fraction * len(files)), min(len(files), MIN_KEEP))]:
@@ -172,14 +178,15 @@ def subsample(full: Path, cut: Path, fraction: float) -> Path:
 
 def source(corpus: str, work: Path, fraction: float) -> Path:
     """The corpus as a folder of class folders in work/full (built once), or its subsample
-    work/cut<fraction> when fraction < 1."""
+    work/cut<fraction> when fraction < 1 (every CLASS_STRIDE-th class of a corpus it names)."""
     full = work / "full"
     if not full.is_dir():
         build(corpus, full)
     if fraction >= 1:
         return full
-    cut = work / f"cut{fraction}"
-    return cut if cut.is_dir() else subsample(full, cut, fraction)
+    stride = CLASS_STRIDE.get(corpus, 1)
+    cut = work / f"cut{fraction}" if stride == 1 else work / f"cut{fraction}-every{stride}"
+    return cut if cut.is_dir() else subsample(full, cut, fraction, stride)
 
 
 def counts(folder: Path) -> dict[str, int]:
