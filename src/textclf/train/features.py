@@ -10,11 +10,12 @@ import torch
 from accelerate.utils import set_seed
 from torch import nn
 
-from textclf.config import load_params
+from textclf.config import Params, load_params
 from textclf.inference.proba import inference_device
 from textclf.model.batching import Split, read_token_splits
 from textclf.model.modeling import build_model, load_tokenizer, pad_id
-from textclf.train.probe import feature_key, final_linear, head_features, skipped_why, write_features, write_skipped
+from textclf.train.probe import (feature_key, final_linear, head_features, init_from_probe, read_features, skipped_why,
+                                write_features, write_skipped)
 
 log = logging.getLogger("features")
 BATCH = 32  # rows a forward pass: fixed, so that train.batch_size does not rerun the stage
@@ -50,3 +51,19 @@ def compute_features(model: nn.Module, classes: int, parts: dict[str, Split], pa
     linear = final_linear(model, classes)
     return {name: head_features(model, linear, parts[name].input_ids, BATCH, pad, device, mixed, f"features: {name}")
             for name in ("train", "validation")}
+
+
+def head_from_probe(params: Params, path: str, model: nn.Module, labels: list[str], parts: dict[str, Split], pad: int,
+                    accelerator, class_weight: np.ndarray | None) -> dict[str, float]:
+    """train.head_init probe, before the first step: the features stage's features at `path`
+    (or, with "", computed now on the accelerator), the regression fitted and copied into the
+    model's last layer (said in one line) -> its validation scores."""
+    started = time.perf_counter()
+    features = (read_features(path, feature_key(params)) if path else
+                compute_features(model.to(accelerator.device), len(labels), parts, pad, accelerator.device,
+                                 accelerator.mixed_precision))
+    scores = init_from_probe(features, model, len(labels), parts, class_weight, params.model.chunk_pooling)
+    log.info("train.head_init probe: the head starts as a logistic regression on the frozen encoder's features "
+             "(%.1f s): validation accuracy %.4f, macro-F1 %.4f before the first step", time.perf_counter() - started,
+             scores["val_accuracy"], scores["val_macro_f1"])
+    return scores

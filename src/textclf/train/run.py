@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import time
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,8 +40,8 @@ from textclf.train.loop import Callbacks, TrainJob, fit, make_accelerator
 from textclf.train.selection import EpochSelector
 from textclf.train.setfit import check_setfit, fit_setfit
 from textclf.train.paths import TrainInputs, TrainPaths
-from textclf.train.features import compute_features
-from textclf.train.probe import feature_key, init_from_probe, read_features, skipped_why
+from textclf.train.features import head_from_probe
+from textclf.train.probe import skipped_why
 from textclf.train.targets import calibrate, loss_weights, tuned_thresholds, validation_proba, write_validation
 from textclf.train.records import EpochLogger, GuardBook, NoTracking, RunLog, Tracker
 
@@ -90,14 +89,8 @@ def prepare(job: Training, book: GuardBook,
     cfg, model_cfg = job.params.train, job.params.model
     model, new = build_model(model_cfg, job.labels, multilabel=job.splits["train"].multilabel)
     if skipped_why(job.params) is None:
-        started = time.perf_counter()
-        features = (read_features(job.paths.features, feature_key(job.params)) if job.paths.features else
-                    compute_features(model.to(job.accelerator.device), len(job.labels), job.splits,
-                                     pad_id(job.tokenizer), job.accelerator.device, job.accelerator.mixed_precision))
-        scores = init_from_probe(features, model, len(job.labels), job.splits, class_weight, model_cfg.chunk_pooling)
-        log.info("train.head_init probe: the head starts as a logistic regression on the frozen encoder's features "
-                 "(%.1f s): validation accuracy %.4f, macro-F1 %.4f before the first step", time.perf_counter() - started,
-                 scores["val_accuracy"], scores["val_macro_f1"])
+        scores = head_from_probe(job.params, job.paths.features, model, job.labels, job.splits, pad_id(job.tokenizer),
+                                 job.accelerator, class_weight)
         book.tracker.log_metrics({f"probe_{k}": v for k, v in scores.items()})
     probe = Collator(pad_id(job.tokenizer))([(ids, -1) for ids in job.splits["train"].input_ids[:2]])
     unused = find_unused(model, probe["input_ids"], probe["attention_mask"])
