@@ -75,6 +75,7 @@ RECIPES = {
     "ft-1epoch": ["train.epochs=1", "train.head_init=random"],  # what issue 59's user ran
     "lpft-1epoch": ["train.epochs=1", "train.head_init=probe"],
     "lpft-1epoch-cold": ["train.epochs=1", "train.lr_head=1.0e-4"],
+    "lpft-1epoch-lr3e-5": ["train.epochs=1", "train.lr_encoder=3.0e-5", "train.lr_head=3.0e-5"],  # LP-FT's usual small rate
     "budget5": ["train.epochs=0", "train.budget_minutes=5"],  # the default recipe on a 5-minute budget
 }
 DEFAULT_RECIPES = ["ft-2epochs", "lpft-2epochs", "probe"]
