@@ -38,6 +38,11 @@ def test_baseline_stage_writes_per_document_predictions(prepared):
     assert (probs.idxmax(axis=1).str.removeprefix("prob_") == pred["predicted"]).all()
     scores = json.loads((tmp / "b.json").read_text())
     assert scores["accuracy"] == pytest.approx((pred["label"] == pred["predicted"]).mean())
+    # per class too (issue 60, rough edges: baseline.json had none), as the model's metrics hold them
+    assert sorted(scores["per_class"]) == sorted(pred["label"].unique())
+    for label, s in scores["per_class"].items():
+        mine = pred[pred["label"] == label]
+        assert s["support"] == len(mine) and s["recall"] == pytest.approx((mine["predicted"] == label).mean())
 
 
 @pytest.mark.slow
