@@ -38,6 +38,11 @@ def test_baseline_stage_writes_per_document_predictions(prepared):
     assert (probs.idxmax(axis=1).str.removeprefix("prob_") == pred["predicted"]).all()
     scores = json.loads((tmp / "b.json").read_text())
     assert scores["accuracy"] == pytest.approx((pred["label"] == pred["predicted"]).mean())
+    # per class too (issue 60, rough edges: baseline.json had none), as the model's metrics hold them
+    assert sorted(scores["per_class"]) == sorted(pred["label"].unique())
+    for label, s in scores["per_class"].items():
+        mine = pred[pred["label"] == label]
+        assert s["support"] == len(mine) and s["recall"] == pytest.approx((mine["predicted"] == label).mean())
 
 
 @pytest.mark.slow
@@ -98,3 +103,18 @@ def test_a_min_df_a_small_corpus_cannot_meet_is_one_line(min_df, says):
         fit_baseline(texts, np.array(list("ababab")), BaselineParams(min_df=min_df))
     with pytest.raises(UserError, match=says):
         fit_sets(texts, np.eye(2, dtype=int)[[0, 1, 0, 1, 0, 1]], BaselineParams(min_df=min_df), "none")
+
+
+def test_the_in_memory_baseline_keeps_the_100_000_most_frequent_n_grams():
+    """Issue 60, rough edges: the cap (baseline.max_features, shipped 100 000) had no test:
+    removing it passed the suite. 3 000 texts of random words hold about 170 000 n-grams."""
+    from textclf.evaluate.baseline import fit_baseline
+    rng = np.random.default_rng(0)
+    words = np.array([f"w{i}" for i in range(60_000)])
+    texts = [" ".join(words[rng.integers(0, len(words), 40)]) for _ in range(3_000)]
+    y = np.arange(3_000) % 3
+    assert BaselineParams().max_features == 100_000  # the shipped value (params.yaml's too)
+    capped = fit_baseline(texts, y, BaselineParams(hashing_from=10_000))
+    assert len(capped[0].vocabulary_) == 100_000
+    whole = fit_baseline(texts, y, BaselineParams(hashing_from=10_000, max_features=0))
+    assert len(whole[0].vocabulary_) > 150_000

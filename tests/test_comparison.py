@@ -116,3 +116,18 @@ def test_a_rerun_is_followed_by_its_task_id_not_by_a_failed_try_of_its_name():
     assert states_of(status, {"seeds-s0": "e37c2b8", "seeds-s1": "bd51d04", "gone": "0000000"}) == {
         "seeds-s0": "Queued", "seeds-s1": "Success"}
     assert states_of(status, {"seeds-s1": "seeds-s1"}) == {"seeds-s1": "Success"}  # a name, where no id is kept
+
+
+def test_multiseed_summarize_without_experiments_says_so_at_once(tmp_path, monkeypatch):
+    """Issue 60, item 10: `multiseed --summarize` walked every commit with `dvc exp show
+    --all-commits` (3 minutes) to say there are no experiments; git's refs say it at once."""
+    import subprocess
+    import time
+
+    from textclf.multiseed import main
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    monkeypatch.chdir(tmp_path)
+    started = time.perf_counter()
+    with pytest.raises(SystemExit, match="no experiment named bbc-s<seed> in this repository"):
+        main(["--summarize", "--name", "bbc"])
+    assert time.perf_counter() - started < 10

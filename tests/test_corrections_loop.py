@@ -23,6 +23,9 @@ def test_review_accept_repro_and_the_diff_says_relabelled(tmp_path, tiny_random_
     repo = copy_repo(tmp_path / "repo")
     write_params(repo / "params.yaml", tokenize={"max_length": 64}, model={"name": str(tiny_random_bert)})
     dvc(repo, "repro", "split")
+    # a repro stages nothing behind the person's back (issue 60, rough edges: core.autostage staged dvc.lock)
+    assert subprocess.run(["git", "diff", "--cached", "--name-only"], cwd=repo, capture_output=True,
+                          text=True, check=True).stdout == ""
     commit(repo, "data v1", "data-v1")
     splits = repo / "data" / "processed" / "splits.parquet"
     shutil.copy(splits, tmp_path / "v1.parquet")

@@ -296,3 +296,28 @@ def test_chunks_predictors_read_every_window_and_pool_as_evaluate_does(tmp_path,
 def test_an_export_without_chunks_says_nothing_of_windows(tmp_path, tiny_random_bert):
     meta = export_model(saved(tmp_path / "model", tiny_random_bert, HEADS[0]), tmp_path / "onnx", "onnx")
     assert meta["truncation"] == "head+tail" and not {"stride", "chunk_pooling"} & set(meta)
+
+
+def test_int8_quantizes_a_weight_shared_by_two_matmuls_once(tmp_path):
+    """Issue 60, item 10: one weight feeding two MatMuls (tied projections) was written as two
+    initializers of one name each time, an invalid graph for a strict checker."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    from textclf.model.quantize import quantize_rows
+    rng = np.random.default_rng(0)
+    w = rng.normal(size=(8, 4)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["a", "w"], ["ya"]), helper.make_node("MatMul", ["b", "w"], ["yb"])], "tied",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 3, 8]) for n in ("a", "b")],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 3, 4]) for n in ("ya", "yb")],
+        [numpy_helper.from_array(w, "w")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "f.onnx")
+    assert quantize_rows(tmp_path / "f.onnx", tmp_path / "q.onnx") == 2
+    names = [init.name for init in onnx.load(tmp_path / "q.onnx").graph.initializer]
+    assert len(names) == len(set(names)) and "w_int8" in names
+    onnx.checker.check_model(str(tmp_path / "q.onnx"))
+    a = rng.normal(size=(2, 3, 8)).astype(np.float32)
+    ya, yb = ort.InferenceSession(str(tmp_path / "q.onnx")).run(None, {"a": a, "b": a})
+    assert ya.shape == (2, 3, 4) and np.isfinite(ya).all() and np.array_equal(ya, yb)  # one weight, one answer

@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 
 from conftest import BBC, GIT_ENV, copy_repo, write_params
+from textclf.evaluate.metrics import classification_scores
 
 PER_CLASS = 8
 pytestmark = [pytest.mark.slow,
@@ -56,7 +57,14 @@ def test_finetune_on_8_documents_a_class_runs_to_the_end_with_honest_sets(few_sh
     metrics = json.loads((repo / "reports/metrics.json").read_text())
     # 1 epoch on about 27 documents is near chance (0.29 on 2026-12-06): the figures exist, not their level
     assert metrics["n_test"] == int((splits == "test").sum()) and metrics["classes"]["count"] == 5
-    assert 0 <= metrics["macro_f1"] <= 1 and 0 <= metrics["accuracy"] <= 1 and 0 <= metrics["baseline"]["accuracy"] <= 1
+    # the figures are what the model's and the baseline's answers make (0 <= x <= 1 could not fail)
+    pairs = [(a, p) for a, row in json.loads((repo / "reports/per_class.json").read_text())["confusion"].items()
+             for p, n in row.items() for _ in range(n)]
+    assert len(pairs) == metrics["n_test"]
+    scores = classification_scores([a for a, _ in pairs], [p for _, p in pairs])
+    assert metrics["accuracy"] == pytest.approx(scores["accuracy"]) and metrics["macro_f1"] == pytest.approx(scores["macro_f1"])
+    baseline = pd.read_parquet(repo / "data/processed/baseline_predictions.parquet")
+    assert metrics["baseline"]["accuracy"] == pytest.approx((baseline["label"] == baseline["predicted"]).mean())
     assert metrics["comparison"]["verdict"] and metrics["guards"]["load_audit"] == "pass"
     sets = metrics["sets"]
     assert "needs at least 9 validation documents" in sets["unguaranteed"] and "\n" not in sets["unguaranteed"]

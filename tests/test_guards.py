@@ -186,6 +186,15 @@ def test_collapse_guard_judges_the_kept_epoch():
         guards.judge_collapse(history, 4)
 
 
+def test_a_collapse_at_a_sane_learning_rate_blames_the_short_training_not_the_rate():
+    """Issue 60: the shipped lr_encoder 1e-4 passes lr_sanity, yet the collapse line said "the
+    learning rate is probably too high" when one epoch was simply too short."""
+    history = [_epoch(1, True)]
+    _, message = guards.judge_collapse(history, 1, lr_high=False)
+    assert "probably too high" not in message and "more likely under-trained: train longer" in message
+    assert "probably too high" in guards.judge_collapse(history, 1, lr_high=True)[1]
+
+
 def test_a_random_encoders_collapse_is_blamed_on_the_encoder_not_the_learning_rate(tmp_path, caplog):
     """load_audit allowed a RANDOM encoder (model.allow_random_init: true): its collapse names
     that cause, in the epoch's warning and in the guard, not the learning rate (issue 55)."""

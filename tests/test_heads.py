@@ -115,3 +115,14 @@ def test_model_dropout_is_every_heads_dropout(tiny_random_bert, head):
     assert model.encoder.config.hidden_dropout_prob == 0.1
     default, _ = build_model(dataclasses.replace(cfg, dropout=0.1), LABELS)
     assert set(head_dropouts(default)) == {0.1}
+
+
+def test_building_a_model_prints_no_load_report(capfd, caplog):
+    """Issue 60, rough edges: every healthy run printed transformers' 8-line "classifier.weight |
+    MISSING" load report (the head is new by design; load_audit says what was not loaded)."""
+    from textclf.config import ModelParams
+    from textclf.model.modeling import build_model
+    _, new = build_model(ModelParams(), ["a", "b", "c"])
+    out, err = capfd.readouterr()
+    assert "MISSING" not in out + err + caplog.text and "LOAD REPORT" not in out + err + caplog.text
+    assert new == {"hf.classifier.weight", "hf.classifier.bias"}  # what load_audit judges, still known

@@ -177,3 +177,21 @@ def test_a_rerun_with_the_finished_checkpoint_restores_it_instead_of_training(tm
     assert "restored the finished training from its checkpoint" in caplog.text
     second = load_file(tmp_path / "model" / "model.safetensors")
     assert all(torch.equal(first[k], second[k]) for k in first)
+
+
+def test_an_interrupted_contrastive_phase_says_it_starts_again(tiny_random_bert, monkeypatch, caplog):
+    """Issue 60, item 10: an interrupted setfit said "rerun ... to resume", but its contrastive
+    phase keeps no checkpoint: a rerun starts it again from its first pair, and the line says so."""
+    import signal
+
+    from textclf import common
+    from textclf.train.setfit import CONTRASTIVE_LOST, fit_setfit
+    job, _ = tiny_job(tiny_random_bert, [0, 0, 1, 1, 2, 2], TEXTS)
+    monkeypatch.setitem(common._signals, "pending", signal.SIGTERM)  # a signal arrived: the next step stops
+    with pytest.raises(common.Interrupted) as err:
+        fit_setfit(job)
+    assert err.value.after == CONTRASTIVE_LOST
+    with caplog.at_level("ERROR"):
+        assert common._exit_status(err.value) == 128 + signal.SIGTERM
+    assert "interrupted by SIGTERM; setfit's contrastive phase keeps no checkpoint" in caplog.text
+    assert "to resume" not in caplog.text

@@ -174,6 +174,24 @@ def test_a_job_that_fails_on_the_executors_leaves_no_folder_and_says_why(int8_ch
 
 @pytest.mark.slow
 @needs_spark
+def test_a_marker_that_cannot_be_written_leaves_no_staging_folder(int8_champion, tmp_path, monkeypatch):
+    """Issue 60, item 10: a failure after the write (the count, the marker) left the job's
+    staging folder behind; it goes, as after a failed write."""
+    store, _ = int8_champion
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", store)
+    write_rows(tmp_path / "in.parquet")
+
+    def no_marker(spark, out, content):
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(spark_cli, "write_marker", no_marker)
+    with pytest.raises(SparkJobFailed, match="wrote nothing to .*No space left on device"):
+        on_spark("models:/tiny@champion", tmp_path / "in.parquet", tmp_path / "spark")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.parquet"]  # neither --out nor its staging
+
+
+@pytest.mark.slow
+@needs_spark
 def test_bad_inputs_are_one_line_each(int8_champion, tmp_path, monkeypatch):
     store, _ = int8_champion
     monkeypatch.setenv("MLFLOW_TRACKING_URI", store)

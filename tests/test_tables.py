@@ -313,3 +313,17 @@ def test_a_quoted_tsv_read_unquoted_ends_with_the_quoting_fix_not_only_the_class
     assert "set ingest.tsv_quoting: true first" in str(err.value) and "\n" not in str(err.value)
     frame, _ = build_corpus(path, 1_000_000, 5, ND, Columns(tsv_quoting=True))
     assert list(frame["text"]) == texts
+
+
+def test_a_partitioned_table_is_read_as_one_table_not_as_class_folders(rows, tmp_path):
+    """Issue 60, item 10: `year=2023/part-0.csv`, as Spark and pyarrow write a table, was read
+    as the folder-per-class layout: classes 'year=2023' and 'year=2024', of CSV files."""
+    half = len(rows) // 2
+    for year, part in (("2023", rows[:half]), ("2024", rows[half:])):
+        (tmp_path / "t" / f"year={year}").mkdir(parents=True)
+        write(part, tmp_path / "t" / f"year={year}" / "part-0.csv")
+    (tmp_path / "t" / "year=2024" / "_SUCCESS").write_text("")
+    frame, report = build_corpus(tmp_path / "t", 1_000_000, 5, ND)
+    assert sorted(frame["label"].unique()) == sorted(rows["label"].unique())
+    assert len(frame) == len(rows) and frame["source_path"].iloc[0] == "year=2023/part-0.csv:1"
+    assert report["ignored_top_level"] == ["year=2024/_SUCCESS"]

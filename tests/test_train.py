@@ -42,6 +42,9 @@ def test_train_then_evaluate_log_one_run(tiny_trained, tmp_path):
     n_test = int((pd.read_parquet(tmp / "sp.parquet")["split"] == "test").sum())
     assert {"accuracy", "macro_f1", "per_class", "confusion", "n_test"} <= set(metrics)
     assert sum(sum(row.values()) for row in metrics["confusion"].values()) == metrics["n_test"] == n_test
+    # the baseline's per-class scores beside the model's, in per_class.json, not metrics.json (issue 60)
+    assert sorted(metrics["baseline_per_class"]) == sorted(metrics["per_class"])
+    assert "per_class" not in json.loads((tmp / "metrics.json").read_text())["baseline"]
     assert len(pd.read_csv(tmp / "conf.csv")) == n_test
     assert len(pd.read_csv(tmp / "pc.csv")) == 5
     predictions = pd.read_parquet(tmp / "pred.parquet")

@@ -177,9 +177,10 @@ class Interrupted(KeyboardInterrupt):
     """Ctrl-C (SIGINT) or SIGTERM: the stage saves what it can, records the run as KILLED
     and exits 128 + signal number, as a shell reports a signal death."""
 
-    def __init__(self, signum: int):
+    def __init__(self, signum: int, after: str | None = None):
         super().__init__(signal.Signals(signum).name)
         self.signum = signum
+        self.after = after  # what to do now, where the stage's usual line is not true (a phase with no checkpoint)
 
 
 # While `deferred` is set (a training loop between safe points), a signal is only noted;
@@ -353,7 +354,7 @@ def _exit_status(err: BaseException, after_interrupt: str = RESUME) -> int:
         # a rank stopped by its launcher (torchrun's SIGTERM after another rank failed, or the
         # user's signal passed on) only warns: the launcher says the run's one error line
         say = log.warning if os.environ.get(LAUNCH_ID) else log.error
-        say("interrupted by %s; %s", err, after_interrupt)
+        say("interrupted by %s; %s", err, err.after or after_interrupt)
         return 128 + err.signum
     if not isinstance(err, Exception) or not expected(err):
         raise err

@@ -18,6 +18,7 @@ import glob
 import gzip
 import json
 import logging
+import re
 import sys
 import zlib
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ FORMATS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl", ".
 BATCH_ROWS = 10_000
 CSV_BLOCK_BYTES = 1 << 22
 SHOWN = 5  # file and column names an error line lists before counting the rest
+PARTITION = re.compile(r"[^=]+=[^=]*")  # a Hive-style partition folder: key=value
 SNIFF_BYTES = 1 << 16  # a CSV's head read for binary data before pyarrow parses it
 
 
@@ -100,15 +102,21 @@ def source_root(source: str) -> Path:
 
 
 def _folder_listing(folder: Path) -> tuple[list[Path], list[str]] | None:
-    """A folder's (table files, names of the other files), or None when it holds sub-folders
-    or no table (the folder-per-class layout). A link out of the folder is never read."""
+    """A folder's (table files, paths of the other files below it), or None when it holds no
+    table or sub-folders that are not partitions (the folder-per-class layout). Partitions
+    (`year=2023/part-0.csv`, as Spark and pyarrow write a table) are read whole, not taken for
+    classes. A link out of the folder is never read."""
     children = [p for p in sorted(folder.iterdir()) if not p.name.startswith(".")]
-    if any(p.is_dir() for p in children):
+    folders = [p for p in children if p.is_dir()]
+    if folders and not all(PARTITION.fullmatch(p.name) for p in folders):
         return None
+    if folders:
+        children = sorted(p for p in folder.rglob("*") if not p.is_dir()
+                          and not any(part.startswith(".") for part in p.relative_to(folder).parts))
     inside = folder.resolve()
     tables = [p for p in children if table_format(p) and p.is_file()
               and (not p.is_symlink() or p.resolve().is_relative_to(inside))]
-    return (tables, [p.name for p in children if p not in tables]) if tables else None
+    return (tables, [p.relative_to(folder).as_posix() for p in children if p not in tables]) if tables else None
 
 
 def not_tables(source: str) -> list[str]:

@@ -27,7 +27,7 @@ from tqdm.auto import tqdm
 from textclf.config import BaselineParams, load_params
 from textclf.data.labelsets import is_multilabel
 from textclf.data.weights import class_weights, resolve
-from textclf.evaluate.metrics import classification_scores
+from textclf.evaluate.metrics import classification_scores, test_metrics
 from textclf.inference.frames import PROB_PREFIX
 from textclf.common import UserError, open_parquet, write_json, write_parquet
 
@@ -262,7 +262,10 @@ def run_baseline(paths: BaselinePaths) -> None:
     for i, c in enumerate(classes):
         predictions[PROB_PREFIX + c] = probs[:, i]
     scores = classification_scores(predictions["label"], predictions["predicted"])
-    write_json(paths.out, {**scores, "class_weights": weights})
+    index = {c: i for i, c in enumerate(classes)}  # beside the model's, per class (per_class.json)
+    per_class = test_metrics(*(np.array([index[x] for x in predictions[c]]) for c in ("label", "predicted")),
+                             list(classes))["per_class"]
+    write_json(paths.out, {**scores, "class_weights": weights, "per_class": per_class})
     write_parquet(predictions, paths.predictions)
     logging.getLogger("baseline").info("baseline test accuracy %.4f, macro-F1 %.4f", scores["accuracy"],
                                        scores["macro_f1"])

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from textclf.common import read_json
 
-PER_CLASS = ("per_class", "confusion", "per_class_accuracy", "thresholds")
+PER_CLASS = ("per_class", "confusion", "per_class_accuracy", "thresholds", "baseline_per_class")
 PER_CLASS_SETS = ("per_class_coverage", "sizes")  # of metrics["sets"]
 
 

@@ -215,7 +215,10 @@ def run(paths: EvaluatePaths) -> None:
     metrics["silent_classes"] = guard_results.get("silent_class", {}).get("classes", [])
     if "class_weights" in guard_results.get("silent_class", {}):  # the weighting train used: the report's advice
         metrics["class_weights"] = guard_results["silent_class"]["class_weights"]
-    metrics["baseline"] = read_json(paths.baseline)
+    baseline = read_json(paths.baseline)  # its per-class scores go to per_class.json, as the model's
+    metrics["baseline"] = {k: v for k, v in baseline.items() if k != "per_class"}
+    if "per_class" in baseline:
+        metrics["baseline_per_class"] = baseline["per_class"]
     metrics["gap"] = {k: metrics[k] - metrics["baseline"][k] for k in ("accuracy", "macro_f1")}
     metrics.update(versus_baseline(model_frame, pd.read_parquet(paths.baseline_predictions), labels, cfg,
                                    multilabel))  # the PyTorch model's answers, as accuracy and gap are

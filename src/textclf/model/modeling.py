@@ -6,6 +6,7 @@ params that built it, and checksums.json: every file's sha256, checked at load (
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from pathlib import Path
 
@@ -51,6 +52,24 @@ def _label_kwargs(labels: list[str], multilabel: bool = False) -> dict:
             **({"problem_type": MULTI_LABEL} if multilabel else {})}
 
 
+@contextlib.contextmanager
+def quiet_loading():
+    """transformers' load report ("classifier.weight | MISSING", 8 lines) and its progress bar,
+    silenced while a model loads: the head is new by design, and load_audit judges what was not
+    loaded in one line of its own. A healthy run then says nothing alarming."""
+    from transformers.utils import logging as hf_logging
+
+    verbosity, bar = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bar:
+            hf_logging.enable_progress_bar()
+
+
 def _load(auto_cls, cfg: ModelParams, labels: list[str], multilabel: bool) -> tuple[nn.Module, set[str]]:
     """-> (model, names of parameters NOT loaded from the checkpoint)."""
     path = resolve_model_name(cfg.name)
@@ -59,8 +78,9 @@ def _load(auto_cls, cfg: ModelParams, labels: list[str], multilabel: bool) -> tu
                                                               **_label_kwargs(labels, multilabel)))
         return model, {n for n, _ in model.named_parameters()}
     try:
-        model, info = auto_cls.from_pretrained(path, output_loading_info=True, use_safetensors=True,
-                                               local_files_only=hub_offline(), **_label_kwargs(labels, multilabel))
+        with quiet_loading():
+            model, info = auto_cls.from_pretrained(path, output_loading_info=True, use_safetensors=True,
+                                                   local_files_only=hub_offline(), **_label_kwargs(labels, multilabel))
     except OSError as err:
         raise not_found(cfg.name, err) from None
     mismatched = {m[0] if isinstance(m, tuple) else m for m in info.get("mismatched_keys", ())}
@@ -133,11 +153,13 @@ def load_classifier(folder: str | Path) -> tuple[nn.Module, list[str]]:
     verify_folder(folder)
     with params_file(folder / "params.json"):
         cfg = parse_section("model", read_json(folder / "params.json")["model"])
+    with quiet_loading():
+        loaded = (AutoModelForSequenceClassification if cfg.head == "sequence_classification"
+                  else AutoModel).from_pretrained(folder, use_safetensors=True)
     if cfg.head == "sequence_classification":
-        model = SequenceClassifier(AutoModelForSequenceClassification.from_pretrained(
-            folder, use_safetensors=True), cfg.dropout)
+        model = SequenceClassifier(loaded, cfg.dropout)
     else:
-        encoder = AutoModel.from_pretrained(folder, use_safetensors=True)
+        encoder = loaded
         model = _custom_head(cfg, encoder, encoder.config.num_labels)
         result = model.load_state_dict(load_file(str(folder / HEAD_FILE)), strict=False)
         missing = [k for k in result.missing_keys if not k.startswith("encoder.")]

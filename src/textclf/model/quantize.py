@@ -58,13 +58,13 @@ def row_quantize(x: str, width: int) -> tuple[list, str, str, str]:
 def quantize_rows(source: Path, target: Path) -> int:
     """The float32 graph at `source` -> `target` with every MatMul against a 2-D weight
     replaced by the per-row int8 product. Inputs shared by several MatMuls (query, key, value)
-    are quantized once -> the number of MatMuls replaced."""
+    are quantized once, and so is a weight shared by several -> the number of MatMuls replaced."""
     model = onnx.load(str(source))
     graph = model.graph
     weights = {init.name: init for init in graph.initializer}
     nodes: list = []
     rows: dict[str, list[str]] = {}  # float input -> its uint8 rows, their scales, its leading dims
-    replaced, constants = 0, dict(CONSTANTS)
+    replaced, constants, done = 0, dict(CONSTANTS), set()
     for node in graph.node:
         weight = weights.get(node.input[1]) if node.op_type == "MatMul" else None
         if weight is None or len(weight.dims) != 2:
@@ -75,9 +75,11 @@ def quantize_rows(source: Path, target: Path) -> int:
             quantize, *rows[x] = row_quantize(x, width)
             nodes += quantize
         xq, scale, lead = rows[x]
-        wq, wscale = int8_columns(numpy_helper.to_array(weight))
-        graph.initializer.extend([numpy_helper.from_array(wq, f"{weight.name}_int8"),
-                                  numpy_helper.from_array(wscale, f"{weight.name}_scale")])
+        if weight.name not in done:  # one weight may feed several MatMuls: its int8 copy is one initializer
+            done.add(weight.name)
+            wq, wscale = int8_columns(numpy_helper.to_array(weight))
+            graph.initializer.extend([numpy_helper.from_array(wq, f"{weight.name}_int8"),
+                                      numpy_helper.from_array(wscale, f"{weight.name}_scale")])
         constants.update({f"rowq_k{width}": np.asarray([-1, width]), f"rowq_n{cols}": np.asarray([cols])})
         out = node.output[0]
         # int32 product x per-column scale in one kernel (a_scale 1: its a_scale is one number

@@ -116,15 +116,15 @@ def score(spark, args: argparse.Namespace, model_folder: str, answers) -> None:
                                   extra_env=executor_env(spark.conf.get("spark.task.cpus", "1")))
     scored = answered(table, udf, keep, [f.name for f in answers], args.text_column, args.format)
     started, staged = time.monotonic(), staging(args.out)
-    try:
+    try:  # the write, its count and its marker: a failure in any leaves no staging folder behind
         scored.write.parquet(staged)
+        counts = {r["skip_reason"] or "scored": r["count"]
+                  for r in spark.read.parquet(staged).groupBy("skip_reason").count().collect()}
+        write_marker(spark, staged, {"model": args.version, "requested": args.model, "input": args.input,
+                                     "rows": counts})
     except Exception as err:  # py4j's and pyspark's own; only this job's folder is removed
         remove(spark, staged)
         raise SparkJobFailed.from_error(err, args.out) from None
-    counts = {r["skip_reason"] or "scored": r["count"]
-              for r in spark.read.parquet(staged).groupBy("skip_reason").count().collect()}
-    write_marker(spark, staged, {"model": args.version, "requested": args.model, "input": args.input,
-                                 "rows": counts})
     publish(spark, staged, args.out)
     skips = ", ".join(f"{r} {n}" for r, n in sorted(counts.items()) if r != "scored") or "none"
     log.info("scored %d of %d rows of %s into %s in %.1f s; skipped: %s", counts.get("scored", 0),

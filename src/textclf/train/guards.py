@@ -120,12 +120,17 @@ def multilabel_checks(pred: np.ndarray, y_true: np.ndarray, labels: list[str],
     return {**stats, "kind": "label set"}, recalls
 
 
-def collapse_message(stats: dict, random_encoder: bool = False) -> str:
-    """`random_encoder`: load_audit allowed a RANDOM encoder, which is then the likely cause."""
+def collapse_message(stats: dict, random_encoder: bool = False, lr_high: bool = True) -> str:
+    """`random_encoder`: load_audit allowed a RANDOM encoder, which is then the likely cause;
+    `lr_high`: lr_sanity warned (False: it passed, so a short training is the likelier cause)."""
     if random_encoder:
         cause = RANDOM_HINT
     elif stats.get("kind") == "label set":
         cause = MULTILABEL_HINT.format(at=stats.get("at", "probability 0.5"))
+    elif not lr_high:  # the shipped 1e-4 passes lr_sanity: blaming it sent people to lower a sane rate
+        cause = ("train.lr_encoder passed lr_sanity, so the model is more likely under-trained: train longer "
+                 "(train.epochs), with warmup (train.warmup_ratio); a rare class may need train.class_weights: "
+                 "balanced.")
     else:
         cause = (f"The learning rate is probably too high for fine-tuning: try train.lr_encoder in "
                  f"{USUAL_LR}, with warmup (train.warmup_ratio) and clipping (train.max_grad_norm).")
@@ -147,7 +152,8 @@ MULTILABEL_HINT = ("Several labels per document, judged at {at}: train longer (t
                    f"train.lr_encoder in {USUAL_LR}.")
 
 
-def judge_collapse(history: list[dict], kept_epoch: int, random_encoder: bool = False) -> tuple[str, str]:
+def judge_collapse(history: list[dict], kept_epoch: int, random_encoder: bool = False,
+                   lr_high: bool = True) -> tuple[str, str]:
     """The collapse guard's verdict on the model that is kept, from per-epoch collapse_check
     results ({"epoch", **stats}): collapsed when the kept epoch is; recovered (a warning) when
     only other epochs were, naming them; pass otherwise."""
@@ -160,7 +166,8 @@ def judge_collapse(history: list[dict], kept_epoch: int, random_encoder: bool = 
         tuned = kept.get("tuned")  # multi-label: what the tuned thresholds make of it, said beside
         beside = (f" At the per-label thresholds tuned on validation its top label set {tuned['top_class']!r} "
                   f"takes {tuned['top_share']:.0%}." if tuned else "")
-        return "collapsed", f"epoch {kept_epoch} (the kept one): {collapse_message(kept, random_encoder)}{beside}"
+        return "collapsed", (f"epoch {kept_epoch} (the kept one): "
+                             f"{collapse_message(kept, random_encoder, lr_high)}{beside}")
     if others:
         listed = ", ".join(map(str, others))
         return "recovered", (f"epoch{'s' if len(others) > 1 else ''} {listed} collapsed, but the kept "

@@ -253,8 +253,13 @@ class EpochLogger:
         self.write()
         self.book.tracker.log_metrics({k: v for k, v in row.items() if k != "epoch"}, step=row["epoch"])
         if stats["collapsed"]:
-            log.warning("epoch %d: %s", row["epoch"], guards.collapse_message(stats, self.random_encoder()))
+            log.warning("epoch %d: %s", row["epoch"], guards.collapse_message(stats, self.random_encoder(),
+                                                                            self.lr_high()))
         self.judge(row["epoch"])  # for now, as if this epoch were kept
+
+    def lr_high(self) -> bool:
+        """lr_sanity did not pass (or did not run): a collapse may be the learning rate's."""
+        return self.book.results.get("lr_sanity", {}).get("status") != "pass"
 
     def random_encoder(self) -> bool:
         """load_audit let a RANDOM encoder train (model.allow_random_init: true)."""
@@ -288,7 +293,7 @@ class EpochLogger:
         """Record the collapse and silent_class guards for the kept epoch -> the collapse
         status. With `final`, fail_on_collapse fails the stage when the kept model is
         collapsed (never on an earlier epoch the training recovered from)."""
-        status, message = guards.judge_collapse(self.history, kept_epoch, self.random_encoder())
+        status, message = guards.judge_collapse(self.history, kept_epoch, self.random_encoder(), self.lr_high())
         collapsed = [h["epoch"] for h in self.history if h["collapsed"]]
         self.book.record("collapse", status, message, epoch=kept_epoch, collapsed_epochs=collapsed)
         kept = next(h for h in self.history if h["epoch"] == kept_epoch)  # judge_collapse found it

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
-from textclf.common import UserError, raise_if_interrupted
+from textclf.common import Interrupted, UserError, raise_if_interrupted
 from textclf.config import Params, check_setfit as check_params
 from textclf.model.batching import Collator
 from textclf.model.heads import PooledClassifier
@@ -110,6 +110,11 @@ def passes(cfg) -> int:
     return cfg.epochs or 1
 
 
+# the contrastive phase keeps no checkpoint: "rerun to resume" was not so
+CONTRASTIVE_LOST = ("setfit's contrastive phase keeps no checkpoint: rerun the same command (or `dvc repro`) to "
+                    "start it again from its first pair")
+
+
 def fit_setfit(job: TrainJob) -> nn.Module:
     """train.method setfit: the job's model (a mean-pooled PooledClassifier) tuned on pairs,
     then its head fitted -> the model; a checkpoint of a finished training is restored instead."""
@@ -128,7 +133,11 @@ def fit_setfit(job: TrainJob) -> nn.Module:
     log.info("train.method=setfit: %d pairs of %d training rows%s; before the first step: %s resident",
              len(pairs), len(job.train.input_ids), "" if tunes else " (train.encoder freeze: the head alone)",
              resident())
-    loss = contrastive_steps(job, model, pairs, scheduler) if tunes else float("nan")
+    try:
+        loss = contrastive_steps(job, model, pairs, scheduler) if tunes else float("nan")
+    except Interrupted as err:
+        err.after = CONTRASTIVE_LOST
+        raise
     log.info("contrastive loss %.4f; fitting the logistic-regression head", loss)
     end_epoch(job, 1, fit_head(job, model))
     job.selector.restore(model)
