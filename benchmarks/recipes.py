@@ -65,17 +65,15 @@ BASE = ["tokenize.max_length=128"]  # issue 59's users ran 128; 256 (the default
 # Fixed step counts (epochs), not budgets: on shared cores a budget's steps follow the load,
 # while CPU seconds barely do. The curve's points are each epoch's validation (train's curve
 # CSV, cpu_seconds), and for LP-FT the probe's (the features stage's CPU time, probe_val_*).
+OLD_RATES = ["train.lr_encoder=1.0e-4", "train.lr_head=1.0e-3"]  # params.yaml's before issue 59
 RECIPES = {
-    "ft-2epochs": ["train.epochs=2", "train.head_init=random"],  # fine-tuning alone, a random head
-    "lpft-2epochs": ["train.epochs=2", "train.head_init=probe"],  # params.yaml's head
+    "ft-2epochs": ["train.epochs=2", "train.head_init=random", *OLD_RATES],  # fine-tuning alone, a random head
+    "lpft-2epochs": ["train.epochs=2", "train.head_init=probe"],  # params.yaml's head and rates
     "probe": ["train.head_init=probe", "train.encoder=freeze", "train.max_steps=1", "train.lr_head=1.0e-12"],
-    "lpft-2epochs-b16": ["train.epochs=2", "train.batch_size=16"],
-    "lpft-2epochs-cold": ["train.epochs=2", "train.lr_head=1.0e-4"],  # the head kept near the probe
-    "lpft-2epochs-len64": ["train.epochs=2", "tokenize.max_length=64"],
-    "ft-1epoch": ["train.epochs=1", "train.head_init=random"],  # what issue 59's user ran
-    "lpft-1epoch": ["train.epochs=1", "train.head_init=probe"],
-    "lpft-1epoch-cold": ["train.epochs=1", "train.lr_head=1.0e-4"],
-    "lpft-1epoch-lr3e-5": ["train.epochs=1", "train.lr_encoder=3.0e-5", "train.lr_head=3.0e-5"],  # LP-FT's usual small rate
+    "ft-1epoch": ["train.epochs=1", "train.head_init=random", *OLD_RATES],  # what issue 59's user ran
+    "lpft-1epoch": ["train.epochs=1", "train.head_init=probe", *OLD_RATES],
+    "lpft-1epoch-cold": ["train.epochs=1", "train.lr_encoder=1.0e-4", "train.lr_head=1.0e-4"],
+    "lpft-1epoch-lr3e-5": ["train.epochs=1", "train.lr_encoder=3.0e-5", "train.lr_head=3.0e-5"],  # params.yaml's now
     "budget5": ["train.epochs=0", "train.budget_minutes=5"],  # the default recipe on a 5-minute budget
 }
 DEFAULT_RECIPES = ["ft-2epochs", "lpft-2epochs", "probe"]
