@@ -4,6 +4,7 @@ the tiny RANDOM BERT from conftest: these tests check wiring and numerical parit
 import dataclasses
 import json
 import logging
+import re
 from pathlib import Path
 
 import mlflow
@@ -133,7 +134,9 @@ def test_an_export_that_disagrees_is_not_served(prepared, caplog):
                            "--confusion", "conf.csv", "--per-class", "pc.csv", "--per-class-json", "pc.json", "--predictions", "pred.parquet"])
     bad = json.loads((tmp / "m2.json").read_text())["serving"]
     assert bad["format"] == "torch" and bad["requested"] == "onnx" and bad["agreement"] < 0.99
-    assert "test labels (0.00%) agree with PyTorch's, below serve.min_agreement 99.00%" in bad["fallback"]
+    # how many agree by chance depends on the head's start (LP-FT's probe: 1 of 8): the line says it
+    assert re.search(r"\d+ of its \d+ test labels \(\d+\.\d\d%\) agree with PyTorch's, below "
+                     r"serve\.min_agreement 99\.00%", bad["fallback"]), bad["fallback"]
     # the PyTorch folder, logged to serve with serve.coverage and serve.review_below
     served = load_predictor(bad["model_uri"])
     assert not isinstance(served, OnnxPredictor) and bad["model_uri"] != good["mlflow"]["torch_model_uri"]

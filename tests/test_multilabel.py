@@ -45,10 +45,11 @@ def prepare_multilabel(folder, model_dir) -> list[str]:
     table = write_multilabel_table(folder / "table.jsonl")
     params = write_params(folder / "params.yaml", ingest={"source": str(table), "task": "multilabel"},
                           tokenize={"max_length": 64}, model={"name": str(model_dir)},
-                          # unweighted: the guards' tests read this fixture's collapse (the empty set
-                          # at 0.5), which auto's positive weights (issue 60) would train away
+                          # unweighted, a random head: the guards' tests read this fixture's collapse
+                          # (the empty set at 0.5), which auto's positive weights (issue 60) and
+                          # LP-FT's probe head (issue 59) would train away
                           train={"epochs": 3, "batch_size": 8, "lr_encoder": 1e-3, "lr_head": 1e-2,
-                                 "class_weights": "none"},
+                                 "class_weights": "none", "head_init": "random"},
                           serve={"format": "onnx"})
     return ingest_tokenize_split(params)
 
