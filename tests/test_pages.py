@@ -89,7 +89,10 @@ def test_mistakes_step_1_fails_on_the_random_encoder_and_leaves_params_for_step_
 
 
 def exp_show_line(block: str) -> str:
-    return next(line.split("  #")[0] for line in block.splitlines() if "dvc exp show" in line)
+    """A block's `dvc exp show` line, after its venv activation, as the reader runs it."""
+    assert block.lstrip().startswith("source .venv/bin/activate"), block
+    return "source .venv/bin/activate\n" + next(line.split("  #")[0] for line in block.splitlines()
+                                                if "dvc exp show" in line)
 
 
 @pytest.mark.slow
