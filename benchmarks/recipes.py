@@ -65,7 +65,7 @@ BASE = ["tokenize.max_length=128"]  # issue 59's users ran 128; 256 (the default
 # Fixed step counts (epochs), not budgets: on shared cores a budget's steps follow the load,
 # while CPU seconds barely do. The curve's points are each epoch's validation (train's curve
 # CSV, cpu_seconds), and for LP-FT the probe's (the features stage's CPU time, probe_val_*).
-OLD_RATES = ["train.lr_encoder=1.0e-4", "train.lr_head=1.0e-3"]  # params.yaml's before issue 59
+OLD_RATES = ["train.lr_encoder=1.0e-4", "train.lr_head=1.0e-3"]  # params.yaml's, written out: the figures keep them
 RECIPES = {
     "ft-2epochs": ["train.epochs=2", "train.head_init=random", *OLD_RATES],  # fine-tuning alone, a random head
     "lpft-2epochs": ["train.epochs=2", "train.head_init=probe"],  # params.yaml's head and rates
@@ -73,7 +73,7 @@ RECIPES = {
     "ft-1epoch": ["train.epochs=1", "train.head_init=random", *OLD_RATES],  # what issue 59's user ran
     "lpft-1epoch": ["train.epochs=1", "train.head_init=probe", *OLD_RATES],
     "lpft-1epoch-cold": ["train.epochs=1", "train.lr_encoder=1.0e-4", "train.lr_head=1.0e-4"],
-    "lpft-1epoch-lr3e-5": ["train.epochs=1", "train.lr_encoder=3.0e-5", "train.lr_head=3.0e-5"],  # params.yaml's now
+    "lpft-1epoch-lr3e-5": ["train.epochs=1", "train.lr_encoder=3.0e-5", "train.lr_head=3.0e-5"],  # LP-FT's small rate
     "budget5": ["train.epochs=0", "train.budget_minutes=5"],  # the default recipe on a 5-minute budget
 }
 DEFAULT_RECIPES = ["ft-2epochs", "lpft-2epochs", "probe"]

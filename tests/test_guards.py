@@ -187,7 +187,7 @@ def test_collapse_guard_judges_the_kept_epoch():
 
 
 def test_a_collapse_at_a_sane_learning_rate_blames_the_short_training_not_the_rate():
-    """Issue 60: a sane lr_encoder (1e-4, shipped then) passes lr_sanity, yet the collapse line said "the
+    """Issue 60: the shipped lr_encoder 1e-4 passes lr_sanity, yet the collapse line said "the
     learning rate is probably too high" when one epoch was simply too short."""
     history = [_epoch(1, True)]
     _, message = guards.judge_collapse(history, 1, lr_high=False)

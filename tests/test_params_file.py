@@ -12,7 +12,7 @@ from conftest import write_params
 
 
 @pytest.mark.parametrize("sections, message", [
-    ({"train": {"epochs": 0}}, "{f}: train.epochs=0 is out of range: it must be >= 1; set it in {f} or"),
+    ({"train": {"epochs": -1}}, "{f}: train.epochs=-1 is out of range: it must be >= 0; set it in {f} or"),
     ({"train": {"optimizer": "sgd"}}, "{f}: train.optimizer='sgd' must be one of"),
     ({"trian": {"epochs": 1}}, "{f}: unknown section 'trian'. Did you mean 'train'?"),
     ({"train": {"epoch": 1}}, "{f}: unknown key train.epoch. Did you mean 'epochs'?"),
@@ -26,8 +26,8 @@ def test_a_refusal_names_the_params_file_read(tmp_path, sections, message):
 
 def test_params_yaml_itself_is_still_called_params_yaml(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    write_params(tmp_path / "params.yaml", train={"epochs": 0})
-    with pytest.raises(UserError, match=r"^params.yaml: train.epochs=0 .* set it in params.yaml or"):
+    write_params(tmp_path / "params.yaml", train={"epochs": -1})
+    with pytest.raises(UserError, match=r"^params.yaml: train.epochs=-1 .* set it in params.yaml or"):
         load_params("params.yaml")
 
 

@@ -34,7 +34,8 @@ def runs(repo: Path):
 
 def test_dvc_repro_end_to_end(reproduced, tmp_path):
     repo, out = reproduced
-    assert ran(out) == {"ingest", "tokenize", "split", "baseline", "train", "export", "evaluate", "labels", "report"}
+    assert ran(out) == {"ingest", "tokenize", "split", "baseline", "features", "train", "export", "evaluate", "labels",
+                        "report"}
     for rel in ("data/interim/corpus.parquet", "data/interim/ingest_report.json",
                 "data/processed/tokens.parquet", "data/processed/splits.parquet",
                 "models/model/model.safetensors", "reports/train_curve.csv",

@@ -49,9 +49,9 @@ def test_a_bad_space_is_refused_in_one_line_before_any_training(tmp_path, space,
 def test_a_sampled_value_the_param_refuses_points_at_the_space_not_at_dash_s(tmp_path):
     """`-S train.epochs=...` cannot fix a range the sampler draws from (issue 55, rough edges)."""
     with pytest.raises(UserError) as err:
-        space_of(tmp_path, {"train.epochs": {"int": [0, 4]}})
-    assert str(err.value).startswith("params.yaml: sweep.space.train.epochs may sample 0, which the param "
-                                     "refuses (train.epochs=0 is out of range: it must be >= 1")
+        space_of(tmp_path, {"train.epochs": {"int": [-1, 4]}})
+    assert str(err.value).startswith("params.yaml: sweep.space.train.epochs may sample -1, which the param "
+                                     "refuses (train.epochs=-1 is out of range: it must be >= 0")
     assert str(err.value).endswith(": narrow sweep.space.train.epochs.") and "-S" not in str(err.value)
 
 

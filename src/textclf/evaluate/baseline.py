@@ -263,8 +263,8 @@ def run_baseline(paths: BaselinePaths) -> None:
         predictions[PROB_PREFIX + c] = probs[:, i]
     scores = classification_scores(predictions["label"], predictions["predicted"])
     index = {c: i for i, c in enumerate(classes)}  # beside the model's, per class (per_class.json)
-    per_class = test_metrics(*(np.array([index[x] for x in predictions[c]]) for c in ("label", "predicted")),
-                             list(classes))["per_class"]
+    y_true, y_pred = (np.array([index[x] for x in predictions[c]]) for c in ("label", "predicted"))
+    per_class = test_metrics(y_true, y_pred, list(classes))["per_class"]
     write_json(paths.out, {**scores, "class_weights": weights, "per_class": per_class})
     write_parquet(predictions, paths.predictions)
     logging.getLogger("baseline").info("baseline test accuracy %.4f, macro-F1 %.4f", scores["accuracy"],
