@@ -15,6 +15,7 @@ import torch
 
 from textclf.config import ModelParams, TextCNNParams, TokenizeParams
 from textclf.common import UserError
+from textclf.cpu import has_vnni, this_cpu
 from textclf.inference.loading import load_predictor
 from textclf.data.tokenizing import encode_texts
 from textclf.inference.onnx_predictor import OnnxPredictor, token_batches
@@ -320,3 +321,6 @@ def test_after_int8_falls_back_the_folder_and_the_registry_answer_alike(prepared
     assert [r for r in caplog.records if r.message.startswith("serving onnx, not onnx-int8: ")]
     run = mlflow.get_run(json.loads((tmp / "run.json").read_text())["run_id"])
     assert (run.data.tags["serve.format"], run.data.tags["serve.requested"]) == ("onnx", "onnx-int8")
+    # the CPU that checked it (issue 61, item 3): in export.json and on the run
+    assert meta["cpu"] == this_cpu() and run.data.tags["serve.cpu.flags"] == (" ".join(meta["cpu"]["flags"]) or "none")
+    assert run.data.tags["serve.cpu.vnni"] == str(has_vnni(meta["cpu"])).lower()
