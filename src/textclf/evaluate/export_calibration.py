@@ -34,9 +34,9 @@ log = logging.getLogger(__name__)
 
 
 def calibrator(tokens: str, splits: str) -> Callable[[Path, dict], dict]:
-    """The export stage's `calibrate` (model.export.export_model): the validation split of
-    `tokens`, read only when a format is calibrated (not for serve.format torch, a multi-label
-    model or train.calibration none)."""
+    """Calibration alone, without the check (model.export.export_model's `calibrate`; the
+    stage runs export_check): the validation split of `tokens`, read only when a format is
+    calibrated (not for serve.format torch, a multi-label model or train.calibration none)."""
     def calibrate(folder: Path, meta: dict) -> dict:
         validation = read_token_splits(tokens, splits, list(meta["labels"]), names=("validation",))[0]["validation"]
         return own_calibrations(folder, meta, validation)

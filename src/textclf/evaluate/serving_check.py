@@ -3,9 +3,10 @@ logged: the export stage decided on validation which format serves (int8, else f
 PyTorch: evaluate.export_calibration), and evaluate checks that format against the PyTorch one
 (evaluate.format_check: agreement, largest probability difference, McNemar + bootstrap, each
 document scored alone and in batches) and logs it whatever the test says, so that the folder
-and the logged model never answer apart; a test check that fails is one warning line,
-metrics.json, MLflow and the report. The logged model is a folder of the served format alone
-(model.export.format_folder): it runs the file it names."""
+and the logged model never answer apart; a test check that fails is one warning line, the
+guard alarm served_format (never champion), metrics.json, MLflow and the report. The logged
+model is a folder of the served format alone (model.export.format_folder): it runs the file
+it names."""
 from __future__ import annotations
 
 import json

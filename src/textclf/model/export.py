@@ -9,7 +9,8 @@ both ways; docs/benchmarks.md). Both formats give a text the same probabilities 
 in its batch (measured: exactly; SAME_ANSWER_ATOL): int8 quantizes each token row's activations
 with its own scale (model/quantize.py), and keeps the float32 file beside it: on many classes
 with small margins (Debian's fortunes, 42 classes) no int8 variant measured reached
-serve.min_agreement, and evaluate then serves float32 rather than PyTorch.
+serve.min_agreement, and the export stage's check then keeps float32 rather than PyTorch
+(evaluate.export_calibration: decided on validation, so every path loads the same format).
 """
 from __future__ import annotations
 
@@ -87,7 +88,7 @@ def export_model(model_dir: str | Path, out_dir: str | Path, fmt: str, review: d
         if fmt in ONNX_FILES:
             model, labels = load_classifier(model_dir)
             export_float(model, tmp / ONNX_FILES["onnx"])
-            if fmt == "onnx-int8":  # the float32 file stays: evaluate serves it when int8 disagrees
+            if fmt == "onnx-int8":  # the float32 file too: the export check keeps it when int8 disagrees
                 quantize_int8(tmp / ONNX_FILES["onnx"], tmp / ONNX_FILES[fmt])
             shutil.copyfile(model_dir / TOKENIZER_FILE, tmp / TOKENIZER_FILE)
             meta.update(file=ONNX_FILES[fmt], labels=labels, head=params["model"]["head"],
