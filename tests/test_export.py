@@ -324,3 +324,5 @@ def test_after_int8_falls_back_the_folder_and_the_registry_answer_alike(prepared
     # the CPU that checked it (issue 61, item 3): in export.json and on the run
     assert meta["cpu"] == this_cpu() and run.data.tags["serve.cpu.flags"] == (" ".join(meta["cpu"]["flags"]) or "none")
     assert run.data.tags["serve.cpu.vnni"] == str(has_vnni(meta["cpu"])).lower()
+    report = to_markdown(serving_section(json.loads((tmp / "metrics.json").read_text())))
+    assert "The export's check on the " in report and "onnx-int8: " in report and "Served: **onnx**" in report

@@ -136,6 +136,10 @@ def serving_section(metrics: dict) -> list[Block]:
     blocks.append(Para(
         f"`serve.format: {serving['requested']}` checked against PyTorch on the {documents} "
         f"documents: {found}. Served: **{serving['format']}** (`{serving['model_uri']}`)."))
+    if serving["fallback"] and not where and serving.get("validation"):  # what the export passed over, and why
+        checked = serving["validation"]
+        blocks.append(Para(f"The export's check on the {checked['documents']} validation documents: " + "; ".join(
+            check_line(fmt, c, None, True) for fmt, c in checked["checks"].items()) + "."))
     if serving["fallback"]:
         instead = "the PyTorch model is" if serving["format"] == "torch" else f"the {serving['format']} export beside it is"
         blocks.append(Alert(f"the {serving['requested']} export is not served: {serving['fallback']}; {instead}. "
