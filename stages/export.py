@@ -1,24 +1,25 @@
 """Stage export: the trained model in the format serve.format names (ONNX float32 or int8
-weights, for ONNX Runtime) -> models/export, beside the PyTorch folder, each ONNX format
-calibrated on its own validation probabilities; evaluate checks it against the PyTorch model
-on the test split before it is logged and served."""
+weights, for ONNX Runtime) -> models/export, beside the PyTorch folder, holding the format that
+agrees with the PyTorch model on validation (int8, else float32, else none: PyTorch serves),
+calibrated on its own validation probabilities; evaluate confirms it on the test split and
+logs it."""
 from __future__ import annotations
 
 from textclf.common import run_stage, setup_logging, stage_parser
-from textclf.evaluate.export_calibration import calibrator
+from textclf.evaluate.export_calibration import export_check
 from textclf.model.export import ExportPaths, run_export
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = stage_parser(__doc__)
-    parser.add_argument("--tokens", required=True, help="token ids: the validation split each format is calibrated on")
+    parser.add_argument("--tokens", required=True, help="token ids: the validation split each format is checked and calibrated on")
     parser.add_argument("--splits", required=True)
     parser.add_argument("--model-dir", required=True)
     parser.add_argument("--out", required=True, help="output folder: the exported model")
     args = vars(parser.parse_args(argv))
     setup_logging()
     run_export(ExportPaths(**{k: args[k] for k in ("params", "model_dir", "out")}),
-               calibrator(args["tokens"], args["splits"]))
+               export_check(args["tokens"], args["splits"], args["model_dir"], args["params"]))
 
 
 if __name__ == "__main__":

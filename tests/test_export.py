@@ -4,17 +4,18 @@ the tiny RANDOM BERT from conftest: these tests check wiring and numerical parit
 import dataclasses
 import json
 import logging
-import re
 from pathlib import Path
 
 import mlflow
 import numpy as np
+import pandas as pd
 import onnx
 import pytest
 import torch
 
 from textclf.config import ModelParams, TextCNNParams, TokenizeParams
 from textclf.common import UserError
+from textclf.cpu import has_vnni, this_cpu
 from textclf.inference.loading import load_predictor
 from textclf.data.tokenizing import encode_texts
 from textclf.inference.onnx_predictor import OnnxPredictor, token_batches
@@ -109,48 +110,6 @@ def broken_export(folder, export_dir, name: str | None = None) -> None:
     write_checksums(export_dir)  # as the exporter writes them: the file is broken, not damaged
 
 
-def test_an_export_that_disagrees_is_not_served(prepared, caplog):
-    """Evaluate checks the export on the test split: one that disagrees with PyTorch is not
-    logged or registered; PyTorch is, with the reason in one warning, metrics.json and MLflow."""
-    tmp, p = prepared
-    write_params(tmp / "params.yaml", serve={"format": "onnx"})
-    run_train(p)
-    run_baseline(p)
-    run_evaluate(p)  # the export passes: float32 agrees with PyTorch
-    good = json.loads((tmp / "metrics.json").read_text())
-    assert good["serving"]["format"] == "onnx" and good["serving"]["agreement"] == 1.0
-    assert good["serving"]["max_prob_diff"] < 1e-5 and good["serving"]["fallback"] is None
-    assert good["mlflow"]["model_uri"] != good["mlflow"]["torch_model_uri"]
-    assert isinstance(load_predictor(good["mlflow"]["model_uri"]), OnnxPredictor)
-
-    from stages import evaluate, export
-    export.main(p + ["--tokens", "t.parquet", "--splits", "sp.parquet", "--model-dir", "model", "--out", "export"])
-    broken_export(tmp / "model", tmp / "export")
-    with caplog.at_level(logging.WARNING):
-        evaluate.main(p + ["--tokens", "t.parquet", "--splits", "sp.parquet", "--model-dir", "model",
-                           "--run-file", "run.json", "--guards", "guards.json", "--baseline", "b.json",
-                           "--baseline-predictions", "bp.parquet", "--corpus", "c.parquet",
-                           "--export", "export", "--data-diff", "diff.json", "--metrics", "m2.json",
-                           "--confusion", "conf.csv", "--per-class", "pc.csv", "--per-class-json", "pc.json", "--predictions", "pred.parquet"])
-    bad = json.loads((tmp / "m2.json").read_text())["serving"]
-    assert bad["format"] == "torch" and bad["requested"] == "onnx" and bad["agreement"] < 0.99
-    # how many agree by chance depends on the head's start (LP-FT's probe: 1 of 8): the line says it
-    assert re.search(r"\d+ of its \d+ test labels \(\d+\.\d\d%\) agree with PyTorch's, below "
-                     r"serve\.min_agreement 99\.00%", bad["fallback"]), bad["fallback"]
-    # the PyTorch folder, logged to serve with serve.coverage and serve.review_below
-    served = load_predictor(bad["model_uri"])
-    assert not isinstance(served, OnnxPredictor) and bad["model_uri"] != good["mlflow"]["torch_model_uri"]
-    assert {"labels", "set_size", "needs_review"} <= set(served.predict(["The striker scored."]).columns)
-    assert [r.message for r in caplog.records if "serving PyTorch, not onnx" in r.message]
-    import mlflow
-    run = mlflow.get_run(json.loads((tmp / "run.json").read_text())["run_id"])
-    assert run.data.tags["serve.format"] == "torch" and "serve.min_agreement" in run.data.tags["serve.fallback"]
-    onnx_model = mlflow.get_logged_model(good["mlflow"]["model_uri"].split("/")[-1])
-    assert (onnx_model.experiment_id, onnx_model.source_run_id) == (run.info.experiment_id, run.info.run_id)
-    versions = mlflow.MlflowClient().search_model_versions("name='textclf'")
-    assert {int(v.version): v.source for v in versions} == {1: good["mlflow"]["model_uri"], 2: bad["model_uri"]}
-
-
 def evaluate_export(p: list[str], metrics: str) -> dict:
     """The evaluate stage alone on the export folder as it is -> metrics.json's serving."""
     from stages import evaluate
@@ -162,58 +121,91 @@ def evaluate_export(p: list[str], metrics: str) -> dict:
     return json.loads(Path(metrics).read_text())["serving"]
 
 
-def test_int8_that_disagrees_falls_back_to_float32_then_pytorch(prepared, caplog):
-    """serve.format onnx-int8 keeps the float32 file beside int8; evaluate serves int8 when it
-    agrees, float32 when int8 does not (one warning line, the reason in metrics.json, MLflow),
-    PyTorch when neither does. The logged model holds the served file alone and names it."""
-    from stages import export
-    tmp, p = prepared
-    write_params(tmp / "params.yaml", serve={"format": "onnx-int8", "min_agreement": 0.0})
-    run_train(p)
-    run_baseline(p)
-    export.main(p + ["--tokens", "t.parquet", "--splits", "sp.parquet", "--model-dir", "model", "--out", "export"])
+def decided(tmp: Path, model_dir: Path) -> dict:
+    """The export stage's check on the export folder as it is (export_calibration.served_format,
+    on the prepared validation split) -> export.json."""
+    from textclf.evaluate.export_calibration import served_format
+    from textclf.model.batching import read_token_splits
     meta = json.loads((tmp / "export" / "export.json").read_text())
+    validation = read_token_splits(str(tmp / "t.parquet"), str(tmp / "sp.parquet"), list(meta["labels"]),
+                                   names=("validation",))[0]["validation"]
+    return served_format(tmp / "export", meta, validation, str(model_dir), str(tmp / "params.yaml"))
+
+
+def test_the_export_keeps_int8_else_float32_else_nothing_as_validation_decides(prepared, caplog):
+    """The export stage checks serve.format onnx-int8 against PyTorch on validation and keeps
+    the first format that passes (int8, the float32 file beside it, else none: PyTorch serves),
+    alone in the folder, named by export.json's `format`: what predict, --table and the logged
+    model all load. One warning line names each format not kept and why."""
+    tmp, p = prepared
+    write_params(tmp / "params.yaml", serve={"format": "onnx-int8", "min_agreement": 0.99})
+    run_train(p)
+
+    def exported() -> dict:
+        return export_model(tmp / "model", tmp / "export", "onnx-int8", review={"coverage": 0.9, "review_below": 0.5})
+    meta = exported()
     assert (meta["file"], meta["fallback"]["format"], meta["fallback"]["file"]) == \
         ("model.int8.onnx", "onnx", "model.onnx")
     # the chain's wiring apart from what int8 is: an int8 file that answers as float32 passes every check
-    stand_in = onnx.load(tmp / "export" / "model.onnx")
-    stand_in.doc_string = "float32 as int8"  # other bytes: the logged models stay apart (export_md5)
-    onnx.save(stand_in, tmp / "export" / "model.int8.onnx")
+    onnx.save(onnx.load(tmp / "export" / "model.onnx"), tmp / "export" / "model.int8.onnx")
     write_checksums(tmp / "export")
-    int8 = evaluate_export(p, "m1.json")  # every format passes at min_agreement 0: int8 is served
-    assert (int8["format"], int8["fallback"], list(int8["checks"])) == ("onnx-int8", None, ["onnx-int8"])
-    logged = load_predictor(int8["model_uri"])
-    assert isinstance(logged, OnnxPredictor) and logged.format == "onnx-int8"
+    int8 = decided(tmp, tmp / "model")
+    assert (int8["requested"], int8["format"], int8["check"]["fallback"], list(int8["check"]["checks"])) == \
+        ("onnx-int8", "onnx-int8", None, ["onnx-int8"])
+    assert int8["cpu"]["platform"] and "fallback" not in int8 and isinstance(load_predictor("export"), OnnxPredictor)
+    assert sorted(f.name for f in (tmp / "export").iterdir()) == ["checksums.json", "export.json",
+                                                                  "model.int8.onnx", "tokenizer.json"]
 
-    write_params(tmp / "params.yaml", serve={"min_agreement": 0.99})
+    exported()
     broken_export(tmp / "model", tmp / "export", "model.int8.onnx")  # int8 answers one class
     with caplog.at_level(logging.WARNING):
-        f32 = evaluate_export(p, "m2.json")
-    assert (f32["requested"], f32["format"], f32["agreement"]) == ("onnx-int8", "onnx", 1.0)
-    assert f32["checks"]["onnx-int8"]["agreement"] < 0.99 and f32["checks"]["onnx"]["fallback"] is None
-    assert "agree with PyTorch's, below serve.min_agreement 99.00%" in f32["fallback"]
+        f32 = decided(tmp, tmp / "model")
+    assert (f32["format"], f32["file"], f32["check"]["checks"]["onnx"]["agreement"]) == ("onnx", "model.onnx", 1.0)
+    assert f32["check"]["checks"]["onnx-int8"]["agreement"] < 0.99
+    assert "validation labels" in f32["check"]["fallback"] and "below serve.min_agreement 99.00%" in f32["check"]["fallback"]
     assert [r for r in caplog.records if r.message.startswith("serving onnx, not onnx-int8: ")]
-    served = mlflow.artifacts.download_artifacts(
-        artifact_uri=mlflow.get_logged_model(f32["model_uri"].split("/")[-1]).artifact_location)
-    folder = next(Path(served).rglob("export.json")).parent
-    assert sorted(f.name for f in folder.iterdir()) == ["checksums.json", "export.json", "model.onnx",
-                                                        "tokenizer.json"]
-    assert (json.loads((folder / "export.json").read_text())["file"], load_predictor(f32["model_uri"]).format) \
-        == ("model.onnx", "onnx")
-    run = mlflow.get_run(json.loads((tmp / "run.json").read_text())["run_id"])
-    assert (run.data.tags["serve.format"], run.data.tags["serve.fallback"]) == ("onnx", f32["fallback"])
-    report = to_markdown(serving_section(json.loads((tmp / "m2.json").read_text())))
-    assert f"onnx-int8: {f32['checks']['onnx-int8']['agreement']:.2%} of predicted labels agree" in report
-    assert "onnx: 100.00% of predicted labels agree" in report
-    assert "; the onnx export beside it is." in report and "Served: **onnx**" in report
+    assert load_predictor("export").format == "onnx" and not (tmp / "export" / "model.int8.onnx").exists()
 
+    exported()
+    broken_export(tmp / "model", tmp / "export", "model.int8.onnx")
     broken_export(tmp / "model", tmp / "export", "model.onnx")  # float32 too
-    caplog.clear()
+    neither = decided(tmp, tmp / "model")
+    assert neither["format"] == "torch" and neither["check"]["fallback"].startswith("onnx-int8: ")
+    assert sorted(f.name for f in (tmp / "export").iterdir()) == ["checksums.json", "export.json"]
+    with pytest.raises(UserError, match="did not pass the export's check: onnx-int8: .*the PyTorch model serves"):
+        load_predictor("export")
+
+
+def test_an_export_that_test_does_not_confirm_is_logged_but_never_champion(prepared, caplog):
+    """Evaluate confirms on test the format the export kept, and never serves another (the
+    folder would then answer apart from the registry): one that disagrees on test is logged
+    and registered as the folder holds it, with the reason in one warning, metrics.json,
+    MLflow and the report, and as the guard alarm served_format, so champion stays put."""
+    tmp, p = prepared
+    write_params(tmp / "params.yaml", serve={"format": "onnx"})
+    run_train(p)
+    run_baseline(p)
+    run_evaluate(p)  # the export passes: float32 agrees with PyTorch
+    good = json.loads((tmp / "metrics.json").read_text())
+    assert (good["serving"]["format"], good["serving"]["agreement"], good["serving"]["unconfirmed"]) == ("onnx", 1.0, None)
+    assert good["serving"]["max_prob_diff"] < 1e-5 and good["serving"]["fallback"] is None
+    assert good["registry"]["promoted"] and "served_format" not in good["guards"]
+
+    broken_export(tmp / "model", tmp / "export")  # what a broken exporter would leave, after the export's check
     with caplog.at_level(logging.WARNING):
-        neither = evaluate_export(p, "m3.json")
-    assert neither["format"] == "torch" and not isinstance(load_predictor(neither["model_uri"]), OnnxPredictor)
-    assert neither["fallback"].startswith("onnx-int8: ") and "; onnx: " in neither["fallback"]
-    assert [r for r in caplog.records if r.message.startswith("serving PyTorch, not onnx-int8 or onnx: ")]
+        bad = evaluate_export(p, "m2.json")
+    assert (bad["format"], bad["requested"]) == ("onnx", "onnx") and bad["agreement"] < 0.99
+    assert "test labels (" in bad["unconfirmed"] and "agree with PyTorch's, below serve.min_agreement 99.00%" in bad["unconfirmed"]
+    assert [r for r in caplog.records if r.message.startswith("serving onnx as the export decided on validation")]
+    metrics = json.loads((tmp / "m2.json").read_text())
+    assert metrics["guards"]["served_format"] == "fail"
+    assert (metrics["registry"]["version"], metrics["registry"]["champion"], metrics["registry"]["promoted"]) == (2, 1, False)
+    texts = TEXTS[:3]
+    pd.testing.assert_frame_equal(load_predictor("export").predict(texts), load_predictor(bad["model_uri"]).predict(texts))
+    run = mlflow.get_run(json.loads((tmp / "run.json").read_text())["run_id"])
+    assert run.data.tags["serve.unconfirmed"] == bad["unconfirmed"] and run.data.tags["serve.format"] == "onnx"
+    report = to_markdown(serving_section(metrics))
+    assert "the test split does not confirm it" in report and "never becomes champion" in report
 
 
 def test_a_format_folder_holds_one_format_and_never_copies_a_damaged_file(tmp_path, tiny_random_bert):
@@ -324,3 +316,38 @@ def test_int8_quantizes_a_weight_shared_by_two_matmuls_once(tmp_path):
     a = rng.normal(size=(2, 3, 8)).astype(np.float32)
     ya, yb = ort.InferenceSession(str(tmp_path / "q.onnx")).run(None, {"a": a, "b": a})
     assert ya.shape == (2, 3, 4) and np.isfinite(ya).all() and np.array_equal(ya, yb)  # one weight, one answer
+
+
+def test_after_int8_falls_back_the_folder_and_the_registry_answer_alike(prepared, caplog):
+    """Issue 61: evaluate served float32 where export.json still named int8, so `predict
+    models/export` and the registered model gave 5 of 400 texts other labels. The export stage
+    now decides on validation and the folder holds what serves: at serve.min_agreement 1.0 the
+    tiny random model's int8 (which moves its near-uniform probabilities) is not kept, and the
+    folder, the logged model and the registered version give every text the same numbers."""
+    tmp, p = prepared
+    write_params(tmp / "params.yaml", serve={"format": "onnx-int8", "min_agreement": 1.0})
+    run_train(p)
+    run_baseline(p)
+    with caplog.at_level(logging.WARNING):
+        run_evaluate(p)
+    meta = json.loads((tmp / "export" / "export.json").read_text())
+    assert (meta["requested"], meta["format"], meta["check"]["split"]) == ("onnx-int8", "onnx", "validation")
+    assert meta["check"]["checks"]["onnx-int8"]["agreement"] < 1.0 and "serve.min_agreement" in meta["check"]["fallback"]
+    assert sorted(f.name for f in (tmp / "export").iterdir()) == ["checksums.json", "export.json", "model.onnx",
+                                                                  "tokenizer.json"]  # int8 is not there to load
+    serving = json.loads((tmp / "metrics.json").read_text())["serving"]
+    assert (serving["format"], serving["fallback"]) == ("onnx", meta["check"]["fallback"])
+    texts = [t for t in pd.read_parquet(tmp / "c.parquet")["text"].head(40)] + TEXTS
+    answers = [load_predictor(m).predict(texts) for m in  # predict and --table load through load_predictor
+               ("export", serving["model_uri"], "models:/textclf/1", "models:/textclf@champion")]
+    answers.append(mlflow.pyfunc.load_model("models:/textclf@champion").predict(pd.DataFrame({"text": texts})))
+    for other in answers[1:]:  # REST and Spark: the pyfunc
+        pd.testing.assert_frame_equal(answers[0], other, check_exact=True)
+    assert [r for r in caplog.records if r.message.startswith("serving onnx, not onnx-int8: ")]
+    run = mlflow.get_run(json.loads((tmp / "run.json").read_text())["run_id"])
+    assert (run.data.tags["serve.format"], run.data.tags["serve.requested"]) == ("onnx", "onnx-int8")
+    # the CPU that checked it (issue 61, item 3): in export.json and on the run
+    assert meta["cpu"] == this_cpu() and run.data.tags["serve.cpu.flags"] == (" ".join(meta["cpu"]["flags"]) or "none")
+    assert run.data.tags["serve.cpu.vnni"] == str(has_vnni(meta["cpu"])).lower()
+    report = to_markdown(serving_section(json.loads((tmp / "metrics.json").read_text())))
+    assert "The export's check on the " in report and "onnx-int8: " in report and "Served: **onnx**" in report

@@ -1,8 +1,8 @@
 """A text gets the same answer whatever else is in its batch (issue 51): for every format the
-served model can be (int8, the float32 file evaluate falls back to, PyTorch), texts of very
+served model can be (int8, the float32 file the export check falls back to, PyTorch), texts of very
 different lengths scored alone, in one batch, in small batches, shuffled and each between two
 long texts give the same labels and probabilities within SAME_ANSWER_ATOL. The model is the
-tiny random BERT from conftest, exported by the export stage itself; a control shows that the
+tiny random BERT from conftest, exported by the exporter itself; a control shows that the
 same checks catch ONNX Runtime's per-batch dynamic int8, which main shipped."""
 import shutil
 
@@ -10,14 +10,12 @@ import numpy as np
 import pytest
 from onnxruntime.quantization import QuantType, quantize_dynamic
 
-from stages import export
 from textclf.inference.frames import PROB_PREFIX, SAME_ANSWER_ATOL
 from textclf.inference.onnx_predictor import OnnxPredictor
 from textclf.inference.predictor import Predictor
 from textclf.model.checksums import write_checksums
-from textclf.model.export import format_folder
+from textclf.model.export import export_model, format_folder
 
-from conftest import write_params
 from test_export import HEADS, saved
 
 WORDS = ("shares rose after the bank reported record profits while the striker scored twice and a "
@@ -29,14 +27,12 @@ LONG = [" ".join(reversed(WORDS)) * 3, " ".join(WORDS) * 4]  # past max_length (
 
 @pytest.fixture(scope="module")
 def predictors(tmp_path_factory, tiny_random_bert) -> dict:
-    """format -> its predictor: the int8 export as the export stage writes it, the float32 file
-    beside it as evaluate serves it (format_folder), the PyTorch model folder."""
+    """format -> its predictor: the int8 export as the exporter writes it (before the export
+    stage's check keeps one format: this untrained model has no validation split), the float32
+    file beside it alone (format_folder, as a folder that keeps it holds it), the PyTorch model folder."""
     tmp = tmp_path_factory.mktemp("invariance")
     folder = saved(tmp / "model", tiny_random_bert, HEADS[0])
-    params = write_params(tmp / "params.yaml", serve={"format": "onnx-int8"})
-    # an untrained model carries no calibration: the validation split is never read
-    export.main(["--params", str(params), "--tokens", "unread.parquet", "--splits", "unread.parquet",
-                 "--model-dir", str(folder), "--out", str(tmp / "export")])
+    export_model(folder, tmp / "export", "onnx-int8")
     return {"onnx-int8": OnnxPredictor(tmp / "export"),
             "onnx": OnnxPredictor(format_folder(tmp / "export", "onnx", tmp / "float32")),
             "torch": Predictor(folder), "folder": tmp}

@@ -85,7 +85,8 @@ def served(request, tmp_path_factory, tiny_trained, review) -> Served:
         if fmt == "torch":
             uri = log_pyfunc(trained / "model", TEXTS[:3], review=review).model_uri
         else:
-            uri = log_pyfunc(trained / "model", TEXTS[:3], format_folder(tmp / "export", fmt, tmp / "logged"),
+            kept = read_export(tmp / "export")["format"]  # int8, or float32 where the export's check kept it
+            uri = log_pyfunc(trained / "model", TEXTS[:3], format_folder(tmp / "export", kept, tmp / "logged"),
                              review=review).model_uri
     local = mlflow.artifacts.download_artifacts(uri, dst_path=str(tmp / "local"))  # no store needed then
     flags = ["--coverage", str(review["coverage"]), "--review-below", str(review["review_below"])]

@@ -1,10 +1,10 @@
 """evaluate's check of a served format against itself: each test document scored alone and in
-batches (serving_check.one_per_call, SAME_ANSWER_ATOL). The predictors here are stand-ins whose
+batches (format_check.one_per_call, SAME_ANSWER_ATOL; the export stage runs it on validation). The predictors here are stand-ins whose
 answer does or does not depend on the rest of the call: what is checked is the check."""
 import numpy as np
 
-from textclf.evaluate import serving_check
-from textclf.evaluate.serving_check import chain_result, one_per_call
+from textclf.evaluate import format_check
+from textclf.evaluate.format_check import chain_result, one_per_call
 from textclf.inference.frames import SAME_ANSWER_ATOL
 from textclf.inference.pooling import pool_logits
 from textclf.inference.onnx_predictor import softmax
@@ -48,7 +48,7 @@ def test_a_documents_windows_make_one_call():
 
 
 def test_a_large_test_split_is_sampled_the_same_way_each_run(monkeypatch):
-    monkeypatch.setattr(serving_check, "SINGLE_CALLS", 5)
+    monkeypatch.setattr(format_check, "SINGLE_CALLS", 5)
     calls = []
 
     class Counting(Stand):

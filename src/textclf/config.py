@@ -294,10 +294,10 @@ class LabelsParams(Section):
 class ServeParams(Section):
     where = "serve"
     # what the logged (and registered) model runs: onnx-int8 is ONNX Runtime with int8 weights
-    # and per-row int8 activations (model/quantize.py), onnx float32; evaluate checks either against the PyTorch model
-    # on the test split and serves PyTorch instead where it disagrees (docs/serving.md)
+    # and per-row int8 activations (model/quantize.py), onnx float32; export checks it against the PyTorch model on
+    # validation and keeps float32, else PyTorch, where it disagrees; evaluate confirms on test (docs/serving.md)
     format: Literal["torch", "onnx", "onnx-int8"] = "onnx-int8"
-    min_agreement: float = ranged(0.99, 0, 1)  # share of test labels equal to PyTorch's, at least
+    min_agreement: float = ranged(0.99, 0, 1)  # share of validation labels equal to PyTorch's, at least
     # every served answer of a single-label model carries its prediction set at this coverage
     # (split-conformal on validation: the set holds the true label for this share of documents);
     # it and review_below are recorded by export in export.json, and every path answers with them

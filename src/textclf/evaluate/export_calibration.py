@@ -1,32 +1,42 @@
-"""Each exported format calibrated on its own probabilities (the export stage): the validation
-split scored through the format's OnnxPredictor, as it will be served, and fitted as train fits
-the PyTorch model (textclf.model.temperature). export.json's `calibration` is then the served
-format's own and int8's float32 fallback carries its own: a prediction set's coverage is a
-guarantee for the probabilities it is cut from, and int8's differ from PyTorch's."""
+"""The export stage's check and calibration on the validation split. Which format the folder
+serves is decided here, not in evaluate: a DVC stage cannot write into another's output, and
+`predict models/export`, `--table`, REST and Spark must all answer with the format the logged
+model runs (issue 61: the folder answered int8 where the registry served float32). So int8 is
+checked against PyTorch on validation (evaluate.format_check: agreement, paired verdict, one
+document per call); where it fails, the float32 export, else PyTorch; export.json's `format`
+names what passed, with the CPU that checked it, and evaluate confirms it on test. Each ONNX
+format is calibrated on its own validation probabilities, as served (textclf.model.temperature):
+a prediction set's coverage is a guarantee for the probabilities it is cut from, and int8's
+differ from PyTorch's."""
 from __future__ import annotations
 
 import logging
+import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
-from textclf.common import write_json
+from textclf.common import read_json, write_json
+from textclf.config import load_params
+from textclf.cpu import this_cpu
+from textclf.evaluate.format_check import answer_of, chain_result, check_format, torch_proba, truth_of
 from textclf.inference.onnx_predictor import OnnxPredictor
 from textclf.model.batching import Split, read_token_splits
 from textclf.model.checksums import write_checksums
 from textclf.model.export import format_folder
 from textclf.model.exported import EXPORT_FILE
+from textclf.model.modeling import is_multilabel_model, load_classifier, load_thresholds
 from textclf.model.temperature import fit
 
 log = logging.getLogger(__name__)
 
 
 def calibrator(tokens: str, splits: str) -> Callable[[Path, dict], dict]:
-    """The export stage's `calibrate` (model.export.export_model): the validation split of
-    `tokens`, read only when a format is calibrated (not for serve.format torch, a multi-label
-    model or train.calibration none)."""
+    """Calibration alone, without the check (model.export.export_model's `calibrate`; the
+    stage runs export_check): the validation split of `tokens`, read only when a format is
+    calibrated (not for serve.format torch, a multi-label model or train.calibration none)."""
     def calibrate(folder: Path, meta: dict) -> dict:
         validation = read_token_splits(tokens, splits, list(meta["labels"]), names=("validation",))[0]["validation"]
         return own_calibrations(folder, meta, validation)
@@ -53,3 +63,53 @@ def own_calibrations(folder: Path, meta: dict, validation: Split) -> dict:
     write_json(folder / EXPORT_FILE, meta)
     write_checksums(folder)
     return meta
+
+
+def export_check(tokens: str, splits: str, model_dir: str, params: str) -> Callable[[Path, dict], dict]:
+    """The export stage's `check` (model.export.export_model): on the validation split of
+    `tokens`, the format that serves (served_format), each ONNX format calibrated on its own
+    probabilities where the model has a calibration."""
+    def check(folder: Path, meta: dict) -> dict:
+        validation = read_token_splits(tokens, splits, list(meta["labels"]), names=("validation",))[0]["validation"]
+        return served_format(folder, meta, validation, model_dir, params)
+    return check
+
+
+def served_format(folder: Path, meta: dict, validation: Split, model_dir: str, params: str) -> dict:
+    """An export folder holding serve.format (and int8's float32 fallback) -> the same folder
+    holding only the first format of that chain that passes check_format on `validation`
+    (none: PyTorch serves, export.json alone says so), export.json recording it as `format`,
+    the one asked for as `requested`, each check and why a format is not served as `check`,
+    and this CPU as `cpu`; rewritten with fresh checksums -> export.json."""
+    cfg = load_params(params)
+    model, labels = load_classifier(model_dir)
+    thresholds = load_thresholds(model_dir, labels) if is_multilabel_model(model) else None
+    torch_probs = torch_proba(model, model_dir, validation, cfg.evaluate, thresholds is not None,
+                              desc="PyTorch: validation")  # (documents, C), raw
+    answer, truth = answer_of(labels, thresholds), truth_of(validation.labels, labels, thresholds)
+    if "calibration" in meta:  # each format's own, so the chosen one is served with it
+        meta = own_calibrations(folder, meta, validation)
+    chain = [meta["format"]] + ([meta["fallback"]["format"]] if meta.get("fallback") else [])
+    checks = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for fmt in chain:  # the next format only when this one does not pass
+            alone = format_folder(folder, fmt, Path(tmp) / fmt)
+            checks.append(check_format(alone, validation.input_ids, truth, torch_probs, cfg.serve, cfg.evaluate,
+                                       validation.owner, answer, split="validation"))
+            if not checks[-1]["reasons"]:
+                break
+        result = chain_result(meta["format"], checks)
+        for path in folder.iterdir():  # the folder holds what serves and nothing else
+            path.unlink()
+        if result["format"] == "torch":
+            kept = {k: meta[k] for k in ("review", "labels") if k in meta} | {"format": "torch"}
+        else:
+            kept = read_json(Path(tmp) / result["format"] / EXPORT_FILE)
+            for path in (Path(tmp) / result["format"]).iterdir():
+                shutil.copyfile(path, folder / path.name)
+    out = {**kept, "requested": meta["format"], "cpu": this_cpu(),
+           "check": {"split": "validation", "documents": len(truth), "fallback": result["fallback"],
+                     "checks": result["checks"]}}
+    write_json(folder / EXPORT_FILE, out)
+    write_checksums(folder)
+    return out

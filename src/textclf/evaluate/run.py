@@ -17,23 +17,23 @@ from textclf.data.versions import KINDS, diff, dropped_at_ingest
 from textclf.evaluate.champion import SPLITS_ARTIFACT, Challenge
 from textclf.evaluate.conformal_report import calibration_scores, review_curve, review_metrics, set_metrics
 from textclf.evaluate.comparison import compare, per_class_accuracy
+from textclf.evaluate.format_check import answer_of, torch_proba, truth_of
 from textclf.evaluate.serving_check import check_export, served_model, serving_mlflow
 from textclf.evaluate.metrics import calibration, classification_scores, metric_names, mlflow_metrics, test_metrics
 from textclf.evaluate.metrics_file import class_counts, split_per_class
-from textclf.data.labelsets import hot, label_sets
+from textclf.data.labelsets import hot
 from textclf.evaluate.multilabel import decide, multilabel_test_metrics, per_label_recall
 from textclf.inference.frames import PROB_PREFIX, judged_frame
-from textclf.inference.proba import inference_device, predict_proba
 from textclf.common import UserError, read_json, write_csv, write_json, write_parquet
 from textclf.model.batching import Split, read_token_splits
 from textclf.model.calibration import Calibration, load as load_calibration, review_for
-from textclf.model.modeling import (folder_params, is_multilabel_model, load_classifier, load_thresholds,
-                                    load_tokenizer, pad_id)
+from textclf.model.modeling import is_multilabel_model, load_classifier, load_thresholds
 from textclf.tracking.registry import current_champion, register, split_hash, version_tags
 from textclf.tracking.runs import add_to_run, git_commit
 from textclf.tracking.store import training_run
 
 log = logging.getLogger("evaluate")
+SERVED_GUARD = "served_format"  # the export's format, chosen on validation, not confirmed on test: an alarm
 
 
 @dataclass(frozen=True)
@@ -167,18 +167,9 @@ def score_test(paths: EvaluatePaths, params, model, labels: list[str], threshold
     format's (metrics' confidence_format), from its own probabilities and calibration."""
     cfg = params.evaluate
     y_true = np.asarray(test.labels)  # (N,) classes, or (N, C) multi-hot
-    device, mixed = inference_device(cfg.precision)
-    model.to(device)
-    pooling = folder_params(paths.model_dir)[1].chunk_pooling  # chunks: pooled as validation pooled
-    probs = predict_proba(model, test.input_ids, cfg.batch_size, pad_id(load_tokenizer(paths.model_dir)), device,
-                          mixed, owner=test.owner, pooling=pooling, multilabel=thresholds is not None,
-                          desc="test")  # (documents, C)
-
-    def answer(p: np.ndarray) -> np.ndarray:  # per document: its class, or its label set
-        return p.argmax(axis=1) if thresholds is None else np.asarray(label_sets(decide(p, thresholds), labels))
-    truth = y_true if thresholds is None else np.asarray(label_sets(y_true, labels))
-    serving, scored = check_export(paths.export, test.input_ids, truth, probs, labels, params.serve, cfg,
-                                   test.owner, answer)
+    probs = torch_proba(model, paths.model_dir, test, cfg, thresholds is not None, desc="test")  # (documents, C)
+    serving, scored = check_export(paths.export, test.input_ids, truth_of(y_true, labels, thresholds), probs,
+                                   labels, params.serve, cfg, test.owner, answer_of(labels, thresholds))
     doc_ids = test.doc_ids or []
     found = None if thresholds is not None else load_calibration(paths.model_dir)  # None: none saved
     confidence, model_frame = answers(doc_ids, y_true, probs, found, labels, thresholds, params.serve, paths.model_dir)
@@ -211,6 +202,8 @@ def run(paths: EvaluatePaths) -> None:
                                                                            thresholds, test)
     guard_results = read_json(paths.guards)
     metrics["guards"] = {name: g["status"] for name, g in guard_results.items()}
+    if serving.get("unconfirmed"):  # served all the same (the folder serves it), but never as champion
+        metrics["guards"][SERVED_GUARD] = "fail"
     # the classes the kept model never recalls on validation: the report names them
     metrics["silent_classes"] = guard_results.get("silent_class", {}).get("classes", [])
     if "class_weights" in guard_results.get("silent_class", {}):  # the weighting train used: the report's advice

@@ -4,6 +4,7 @@ chunks, windowed and pooled as export.json says). The same interface, refusals, 
 pooling as the PyTorch Predictor."""
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +12,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from textclf.common import UserError, positive_int_env
+from textclf.cpu import this_cpu, vnni_differs
 from textclf.data.tokenizing import RustTokenizer, encode_texts
 from textclf.inference.frames import answered_frame, check_texts, sorted_batches
 from textclf.inference.pooling import pool_logits
@@ -19,6 +21,7 @@ from textclf.model.checksums import how_to_restore, verify_folder
 from textclf.model.exported import EXPORT_FILE, TOKENIZER_FILE, read_export
 
 THREADS_ENV = "TEXTCLF_ONNX_THREADS"  # intra-op threads; unset: ONNX Runtime's (the physical cores)
+log = logging.getLogger(__name__)
 TOKENS_PER_RUN = 1024  # padded tokens per session run (token_batches)
 
 
@@ -38,6 +41,13 @@ def session(path: Path):
         # a damaged file in a folder without checksums (an older export): one line, not 30
         raise UserError(f"{path} is not an ONNX model ONNX Runtime can load ({type(err).__name__}): "
                         f"{how_to_restore(path.parent, exported=True)}.") from None
+
+
+def torch_why(meta: dict) -> str:
+    """Why an export folder holds no ONNX model: serve.format torch, or the export's check."""
+    if meta.get("requested", "torch") == "torch":
+        return "serve.format was torch"
+    return f"serve.format {meta['requested']} did not pass the export's check: {meta['check']['fallback']}"
 
 
 def token_batches(lengths: list[int], batch_size: int, budget: int) -> list[list[int]]:
@@ -67,8 +77,10 @@ class OnnxPredictor:
         verify_folder(export_dir, [EXPORT_FILE, TOKENIZER_FILE])
         meta = read_export(export_dir)
         if meta["format"] == "torch":
-            raise UserError(f"{export_dir} holds no ONNX model (serve.format was torch); pass "
-                            "models/model, or set serve.format: onnx-int8 and `dvc repro export`.")
+            raise UserError(f"{export_dir} holds no ONNX model ({torch_why(meta)}): the PyTorch model serves; pass "
+                            "models/model (or the logged model), or set serve.format and `dvc repro export`.")
+        if meta["format"] == "onnx-int8" and (note := vnni_differs(meta.get("cpu"), this_cpu())):
+            log.warning("%s: %s", export_dir, note)
         self.format, self.labels = meta["format"], list(meta["labels"])
         self.max_length, self.truncation, self.pad_id = meta["max_length"], meta["truncation"], meta["pad_id"]
         # written by the export of a chunks model only

@@ -9,7 +9,8 @@ both ways; docs/benchmarks.md). Both formats give a text the same probabilities 
 in its batch (measured: exactly; SAME_ANSWER_ATOL): int8 quantizes each token row's activations
 with its own scale (model/quantize.py), and keeps the float32 file beside it: on many classes
 with small margins (Debian's fortunes, 42 classes) no int8 variant measured reached
-serve.min_agreement, and evaluate then serves float32 rather than PyTorch.
+serve.min_agreement, and the export stage's check then keeps float32 rather than PyTorch
+(evaluate.export_calibration: decided on validation, so every path loads the same format).
 """
 from __future__ import annotations
 
@@ -69,14 +70,17 @@ def quantize_int8(source: Path, target: Path) -> None:
 
 
 def export_model(model_dir: str | Path, out_dir: str | Path, fmt: str, review: dict | None = None,
-                 calibrate: Callable[[Path, dict], dict] | None = None) -> dict:
+                 calibrate: Callable[[Path, dict], dict] | None = None,
+                 check: Callable[[Path, dict], dict] | None = None) -> dict:
     """models/model -> out_dir holding ONNX_FILES[fmt], tokenizer.json and export.json; int8
     keeps the float32 file too (export.json's `fallback`); for serve.format torch only
     export.json, which says so. `review` ({coverage, review_below}: serve.*) is recorded as
     export.json's `review`: every path that loads the folder answers with it. A single-label
     model's calibration is the PyTorch model's, unless `calibrate(folder, export.json)` (the
     export stage's: textclf.evaluate.export_calibration) rewrites it as each format's own.
-    Written atomically -> export.json."""
+    `check(folder, export.json)` (the export stage's: export_calibration.export_check) keeps
+    the format that passes its check on validation, calibrated, and records it as `format`:
+    what every path loads. Written atomically -> export.json."""
     model_dir = Path(model_dir)
     params = read_json(model_dir / "params.json")
     with atomic_path(out_dir, folder=True) as tmp:
@@ -84,7 +88,7 @@ def export_model(model_dir: str | Path, out_dir: str | Path, fmt: str, review: d
         if fmt in ONNX_FILES:
             model, labels = load_classifier(model_dir)
             export_float(model, tmp / ONNX_FILES["onnx"])
-            if fmt == "onnx-int8":  # the float32 file stays: evaluate serves it when int8 disagrees
+            if fmt == "onnx-int8":  # the float32 file too: the export check keeps it when int8 disagrees
                 quantize_int8(tmp / ONNX_FILES["onnx"], tmp / ONNX_FILES[fmt])
             shutil.copyfile(model_dir / TOKENIZER_FILE, tmp / TOKENIZER_FILE)
             meta.update(file=ONNX_FILES[fmt], labels=labels, head=params["model"]["head"],
@@ -106,6 +110,8 @@ def export_model(model_dir: str | Path, out_dir: str | Path, fmt: str, review: d
         write_checksums(tmp)  # last: every file of the folder, whichever the format wrote
         if calibrate is not None and "calibration" in meta:  # in tmp: the folder appears calibrated or not at all
             meta = calibrate(tmp, meta)
+        if check is not None and fmt in ONNX_FILES:  # in tmp too: the folder appears decided or not at all
+            meta = check(tmp, meta)
     return meta
 
 
@@ -145,10 +151,10 @@ class ExportPaths:
     out: str  # written: the exported folder
 
 
-def run_export(paths: ExportPaths, calibrate: Callable[[Path, dict], dict] | None = None) -> None:
+def run_export(paths: ExportPaths, check: Callable[[Path, dict], dict] | None = None) -> None:
     """The stage: the trained model in serve.format, beside models/model, carrying the review
-    its answers are given with (serve.coverage, serve.review_below), each ONNX format
-    calibrated by `calibrate` (export_model)."""
+    its answers are given with (serve.coverage, serve.review_below), the format served and its
+    calibration decided by `check` (export_model)."""
     serve = load_params(paths.params).serve
     export_model(paths.model_dir, paths.out, serve.format,
-                 review={"coverage": serve.coverage, "review_below": serve.review_below}, calibrate=calibrate)
+                 review={"coverage": serve.coverage, "review_below": serve.review_below}, check=check)

@@ -127,28 +127,44 @@ def serving_section(metrics: dict) -> list[Block]:
     if serving["requested"] == "torch":
         return blocks + [Para(f"`serve.format: torch`: the served model is the PyTorch one "
                               f"(`{serving['model_uri']}`).")]
-    checks = serving.get("checks") or {serving["requested"]: serving}  # each format of the chain checked
-    found = "; ".join(check_line(fmt, c, metrics["accuracy"], len(checks) > 1) for fmt, c in checks.items())
+    # PyTorch served by the export's decision: its validation checks are what there is to show
+    where = serving.get("validation") if serving["format"] == "torch" and serving.get("validation") else None
+    checks = (where or {}).get("checks") or serving.get("checks") or {serving["requested"]: serving}
+    documents = f"{where['documents']} validation" if where else f"{metrics['n_test']} test"
+    found = "; ".join(check_line(fmt, c, None if where else metrics["accuracy"], len(checks) > 1)
+                      for fmt, c in checks.items())
     blocks.append(Para(
-        f"`serve.format: {serving['requested']}` checked against PyTorch on the {metrics['n_test']} "
-        f"test documents: {found}. Served: **{serving['format']}** (`{serving['model_uri']}`)."))
+        f"`serve.format: {serving['requested']}` checked against PyTorch on the {documents} "
+        f"documents: {found}. Served: **{serving['format']}** (`{serving['model_uri']}`)."))
+    if serving["fallback"] and not where and serving.get("validation"):  # what the export passed over, and why
+        checked = serving["validation"]
+        blocks.append(Para(f"The export's check on the {checked['documents']} validation documents: " + "; ".join(
+            check_line(fmt, c, None, True) for fmt, c in checked["checks"].items()) + "."))
     if serving["fallback"]:
         instead = "the PyTorch model is" if serving["format"] == "torch" else f"the {serving['format']} export beside it is"
         blocks.append(Alert(f"the {serving['requested']} export is not served: {serving['fallback']}; {instead}. "
                             "An export that answers otherwise than the model evaluated here, or by what else is "
                             "in a request, is not served, whatever its accuracy."))
+    if serving.get("unconfirmed"):
+        blocks.append(Alert(f"the export stage chose {serving['format']} on validation, and the test split does not "
+                            f"confirm it: {serving['unconfirmed']}. It is logged all the same, so that models/export "
+                            "and the logged model answer alike, but never becomes champion; set `serve.format` "
+                            "to choose another."))
     return blocks
 
 
-def check_line(fmt: str, check: dict, torch_accuracy: float, named_format: bool) -> str:
-    """One format's check: agreement first (what decides), then its accuracy against PyTorch's,
-    paired; a format not served says so beside its verdict, so a 'better' never reads as 'served'."""
+def check_line(fmt: str, check: dict, torch_accuracy: float | None, named_format: bool) -> str:
+    """One format's check: agreement first (what decides), then its accuracy against PyTorch's
+    (`torch_accuracy`; None: a validation check, its accuracy alone), paired; a format not
+    served says so beside its verdict, so a 'better' never reads as 'served'."""
     refused = " (not served: see below)" if check.get("fallback") else ""
     alone = (f"; {check['single_calls']} documents scored one per call differ from their batched answer by up to "
              f"{check['batch_diff']:.2g}" if "batch_diff" in check else "")  # a metrics.json from before: no such check
     return ((f"{fmt}: " if named_format else "") + f"{check['agreement']:.2%} of predicted labels agree, "
-            f"largest probability difference {check['max_prob_diff']:.4f}; test accuracy {check['accuracy']:.4f} "
-            f"against PyTorch's {torch_accuracy:.4f}, paired: {check['verdict']}{alone}{refused}")
+            f"largest probability difference {check['max_prob_diff']:.4f}; "
+            + (f"test accuracy {check['accuracy']:.4f} against PyTorch's {torch_accuracy:.4f}" if torch_accuracy is not None
+               else f"validation accuracy {check['accuracy']:.4f}")
+            + f", paired: {check['verdict']}{alone}{refused}")
 
 
 def near_duplicates_section(nd: dict) -> list[Block]:
