@@ -121,7 +121,7 @@ def test_the_script_refuses_a_port_in_use_before_creating_anything(tmp_path):
 def test_dvc_repro_logs_the_pipeline_to_the_server(served, team):
     repo, out = served
     assert set(re.findall(r"Running stage '(\w+)'", out)) == {
-        "ingest", "tokenize", "split", "baseline", "train", "export", "evaluate", "labels", "report"}
+        "ingest", "tokenize", "split", "baseline", "features", "train", "export", "evaluate", "labels", "report"}
     run_file = json.loads((repo / "reports/mlflow_run.json").read_text())
     assert run_file["tracking_uri"] == team.url
     client = MlflowClient(team.url)
