@@ -1,5 +1,5 @@
 """Stage baseline: TF-IDF + logistic regression on the same train/test split ->
-reports/baseline.json and its per-document test predictions, so every run shows whether
+reports/baseline.json, its per-document test predictions and the model itself (models/baseline), so every run shows whether
 fine-tuning beat the simple thing (evaluate compares the two document by document). Past
 baseline.hashing_from training documents: hashed n-grams + SGD (evaluate/baseline.py)."""
 from __future__ import annotations
@@ -15,6 +15,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", required=True, help="output JSON: baseline test scores")
     parser.add_argument("--predictions", required=True,
                         help="output parquet: per test document, label, prediction, probabilities")
+    parser.add_argument("--model", help="output folder: the fitted baseline as files, what a blended export "
+                                        "serves (single-label; none: not saved)")
     args = parser.parse_args(argv)
     setup_logging()
     run_baseline(BaselinePaths(**vars(args)))

@@ -219,7 +219,8 @@ def prepare(tmp_path: Path, sample_corpus: Path, model_dir: Path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # artifacts and git lookups stay in tmp_path
     params = write_params(tmp_path / "params.yaml", ingest={"source": str(sample_corpus)},
                           tokenize={"max_length": 64}, model={"name": str(model_dir)},
-                          train={"epochs": 2, "batch_size": 8, "lr_encoder": 1e-3, "lr_head": 1e-3})
+                          train={"epochs": 2, "batch_size": 8, "lr_encoder": 1e-3, "lr_head": 1e-3},
+                          serve={"blend": "off"})  # the demo's baseline beats the tiny BERT: tests/test_blend.py
     return tmp_path, ingest_tokenize_split(params)
 
 
@@ -241,12 +242,13 @@ def run_train(p, model_dir="model", curve="curve.csv", run_file="run.json"):
 
 def run_baseline(p):
     baseline.main(p + ["--corpus", "c.parquet", "--splits", "sp.parquet", "--out", "b.json",
-                       "--predictions", "bp.parquet"])
+                       "--predictions", "bp.parquet", "--model", "baseline_model"])
 
 
 def run_evaluate(p, metrics="metrics.json", per_class="pc.json"):
     """The export stage, then evaluate (which checks the export and serves what passes)."""
-    export.main(p + ["--tokens", "t.parquet", "--splits", "sp.parquet", "--model-dir", "model", "--out", "export"])
+    export.main(p + ["--tokens", "t.parquet", "--splits", "sp.parquet", "--model-dir", "model", "--out", "export",
+                     "--baseline", "baseline_model", "--corpus", "c.parquet"])
     evaluate.main(p + ["--tokens", "t.parquet", "--splits", "sp.parquet", "--model-dir", "model",
                        "--run-file", "run.json", "--guards", "guards.json", "--baseline", "b.json",
                        "--baseline-predictions", "bp.parquet", "--corpus", "c.parquet", "--export", "export",

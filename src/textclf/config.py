@@ -304,6 +304,9 @@ class ServeParams(Section):
     coverage: float = ranged(0.9, 0, 1, low_open=True, high_open=True)
     # needs_review: a set of other than one label, or a calibrated top probability below this
     review_below: float = ranged(0.5, 0, 1)
+    # auto: export serves the fine-tune blended with the baseline (w in 0.1..1, fitted on validation)
+    # where the blend scores a better validation macro-F1 than the fine-tune alone (docs/serving.md)
+    blend: Literal["auto", "off"] = "auto"
 
 
 @dataclass(frozen=True)

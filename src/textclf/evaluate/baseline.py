@@ -15,13 +15,13 @@ import logging
 import math
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from sklearn.feature_extraction.text import HashingVectorizer, TfidfVectorizer
+from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import SGDClassifier
 from sklearn.pipeline import make_pipeline
-from sklearn.preprocessing import normalize
 from tqdm.auto import tqdm
 
 from textclf.config import BaselineParams, load_params
@@ -29,6 +29,7 @@ from textclf.data.labelsets import is_multilabel
 from textclf.data.weights import class_weights, resolve
 from textclf.evaluate.metrics import classification_scores, test_metrics
 from textclf.inference.frames import PROB_PREFIX
+from textclf.model.linear_text import hashed_features, hasher, save_linear
 from textclf.common import UserError, open_parquet, write_json, write_parquet
 
 log = logging.getLogger(__name__)
@@ -38,6 +39,7 @@ IDF_SAMPLE = 50_000  # training documents whose document frequencies give the id
 MIN_SEEN = 20_000  # SGD passes over the training split until it has seen this many documents
 SGD_BATCH = 1_000
 BATCH = 10_000  # corpus rows read, and test documents scored, at a time
+CHECKED = 64  # training texts the saved baseline is checked on against the fitted one
 
 
 def tfidf(cfg: BaselineParams) -> TfidfVectorizer:
@@ -117,23 +119,20 @@ def fit_and_predict(train_texts: list[str], train_y: list[str], test_texts: list
 
 
 class HashedTfidf:
-    """Sublinear tf x idf, L2-normalised, over hashed word n-grams (as TfidfVectorizer with
-    sublinear_tf, smooth idf); min_df does not apply (there is no vocabulary to prune)."""
+    """Sublinear tf x idf, L2-normalised, over hashed word n-grams (model.linear_text's
+    features); min_df does not apply (there is no vocabulary to prune)."""
 
     def __init__(self, cfg: BaselineParams, sample: list[list[str]]):
         """sample: batches of texts whose document frequencies give the idf, hashed a batch at
         a time (50 000 documents hashed at once would take a gigabyte)."""
-        self.hasher = HashingVectorizer(ngram_range=(1, cfg.ngram_max), n_features=HASH_FEATURES,
-                                        alternate_sign=False, norm=None, dtype=np.float32)
+        self.hasher = hasher(cfg.ngram_max, HASH_FEATURES)
         df = np.zeros(HASH_FEATURES, np.int64)
         for texts in sample:
             df += np.bincount(self.hasher.transform(texts).indices, minlength=HASH_FEATURES)
         self.idf = (np.log((1 + sum(map(len, sample))) / (1 + df)) + 1).astype(np.float32)
 
     def __call__(self, texts: list[str]):
-        x = self.hasher.transform(texts)  # (N, HASH_FEATURES) sparse counts
-        x.data = 1 + np.log(x.data)
-        return normalize(x.multiply(self.idf).tocsr())
+        return hashed_features(self.hasher, self.idf, texts)
 
 
 class Hashed:
@@ -222,10 +221,13 @@ def read_split(corpus: str, splits: pd.DataFrame, name: str):
 
 
 def predict_test(corpus: str, splits: pd.DataFrame, cfg: BaselineParams,
-                 weights: str = "none") -> tuple[np.ndarray, np.ndarray, list[str], np.ndarray]:
-    """-> (test doc ids, their labels, classes, test probabilities (N, C))."""
+                 weights: str = "none", model_dir: str | None = None) -> tuple[np.ndarray, np.ndarray, list[str], np.ndarray]:
+    """-> (test doc ids, their labels, classes, test probabilities (N, C)); the fitted model
+    saved to model_dir where given (model.linear_text: what a blended export serves)."""
     _, train_y, train_texts = read_split(corpus, splits, "train")
     model = fit_baseline(train_texts, train_y, cfg, weights)
+    if model_dir:
+        save_linear(model, model_dir, train_texts.slice(0, CHECKED).to_pylist())
     del train_texts  # the test texts are read only now: never both splits' texts at once
     test_ids, test_y, test_texts = read_split(corpus, splits, "test")
     return test_ids, test_y, [str(c) for c in model.classes_], predict(model, test_texts)
@@ -246,6 +248,7 @@ class BaselinePaths:
     splits: str
     out: str  # written: the baseline's test scores (JSON)
     predictions: str  # written: per test document, label, prediction, probabilities (parquet)
+    model: str | None = None  # written: the fitted baseline, as a file (model.linear_text); single-label only
 
 
 def run_baseline(paths: BaselinePaths) -> None:
@@ -256,7 +259,7 @@ def run_baseline(paths: BaselinePaths) -> None:
     splits = pd.read_parquet(paths.splits, columns=["doc_id", "split"])
     if is_multilabel(open_parquet(paths.corpus).schema_arrow.metadata):
         return run_multilabel(paths, cfg, weights, splits)
-    doc_ids, labels, classes, probs = predict_test(paths.corpus, splits, cfg, weights)  # probs: (N, C)
+    doc_ids, labels, classes, probs = predict_test(paths.corpus, splits, cfg, weights, paths.model)  # (N, C)
     predictions = pd.DataFrame({"doc_id": doc_ids, "label": labels,
                                 "predicted": np.asarray(classes, dtype=object)[probs.argmax(axis=1)]})
     for i, c in enumerate(classes):
@@ -272,7 +275,12 @@ def run_baseline(paths: BaselinePaths) -> None:
 
 
 def run_multilabel(paths: BaselinePaths, cfg: BaselineParams, weights: str, splits: pd.DataFrame) -> None:
-    """The baseline stage on a multi-label corpus: one-vs-rest, thresholds tuned on validation."""
+    """The baseline stage on a multi-label corpus: one-vs-rest, thresholds tuned on validation.
+    Its model is not saved (no blend serves label sets): the folder says so."""
+    if paths.model:
+        Path(paths.model).mkdir(parents=True, exist_ok=True)
+        write_json(Path(paths.model) / "baseline.json", {"kind": "none", "why": "a multi-label corpus: "
+                                                         "no blend is served for label sets"})
     # imported here: it fits with this module's features, so it imports this module
     from textclf.evaluate.baseline_multilabel import fit_multilabel, multilabel_predictions
 

@@ -14,6 +14,7 @@ import logging
 import shutil
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -21,12 +22,13 @@ import numpy as np
 from textclf.common import read_json, write_json
 from textclf.config import load_params
 from textclf.cpu import this_cpu
+from textclf.evaluate.blend import choose_blend
 from textclf.evaluate.format_check import answer_of, chain_result, check_format, torch_proba, truth_of
 from textclf.inference.onnx_predictor import OnnxPredictor
 from textclf.model.batching import Split, read_token_splits
 from textclf.model.checksums import write_checksums
 from textclf.model.export import format_folder
-from textclf.model.exported import EXPORT_FILE
+from textclf.model.exported import BLEND_KEY, EXPORT_FILE
 from textclf.model.modeling import is_multilabel_model, load_classifier, load_thresholds
 from textclf.model.temperature import fit
 
@@ -65,14 +67,51 @@ def own_calibrations(folder: Path, meta: dict, validation: Split) -> dict:
     return meta
 
 
-def export_check(tokens: str, splits: str, model_dir: str, params: str) -> Callable[[Path, dict], dict]:
+@dataclass(frozen=True)
+class BlendInputs:
+    """What the blend reads (serve.blend): the baseline stage's saved model, and the corpus the
+    validation texts come from. None in export_check: no blend is tried."""
+    baseline: str
+    corpus: str
+
+
+def export_check(tokens: str, splits: str, model_dir: str, params: str,
+                 blend: BlendInputs | None = None) -> Callable[[Path, dict], dict]:
     """The export stage's `check` (model.export.export_model): on the validation split of
     `tokens`, the format that serves (served_format), each ONNX format calibrated on its own
-    probabilities where the model has a calibration."""
+    probabilities where the model has a calibration, and the blend with the baseline where
+    it scores better (serve.blend)."""
     def check(folder: Path, meta: dict) -> dict:
         validation = read_token_splits(tokens, splits, list(meta["labels"]), names=("validation",))[0]["validation"]
-        return served_format(folder, meta, validation, model_dir, params)
+        out = served_format(folder, meta, validation, model_dir, params)
+        return with_blend(folder, out, validation, splits, load_params(params).serve.blend, blend)
     return check
+
+
+def with_blend(folder: Path, out: dict, validation: Split, splits: str, wanted: str,
+               blend: BlendInputs | None) -> dict:
+    """export.json (`out`) with the blend's decision under check.blend, and the blend itself
+    (BLEND_KEY) where it is served; rewritten with fresh checksums where it changed."""
+    why = ("serve.blend is off" if wanted == "off" else
+           "the export stage was given no --baseline" if blend is None else
+           "a multi-label model (its label sets are cut at thresholds of its own)" if out.get("task") == "multilabel"
+           else "PyTorch serves (the blend serves beside an ONNX format)" if out["format"] == "torch" else
+           "the model has no calibration (train.calibration none)" if "calibration" not in out else None)
+    if why:
+        if wanted != "off":
+            log.info("serve.blend: not tried: %s", why)
+        return out
+    served = OnnxPredictor(folder)
+    p_model = served.calibration.apply(served.proba_of_ids(validation.input_ids, validation.owner,
+                                                           desc="blend: validation"))
+    found = choose_blend(folder, p_model, np.asarray(validation.labels), served.labels, validation.doc_ids or [],
+                         blend.baseline, blend.corpus, splits)
+    out = {**out, "check": {**out["check"], "blend": {k: found[k] for k in ("served", "weight", "validation")}}}
+    if found["served"]:
+        out[BLEND_KEY] = {k: found[k] for k in ("weight", "calibration", "validation")}
+    write_json(folder / EXPORT_FILE, out)
+    write_checksums(folder)
+    return out
 
 
 def served_format(folder: Path, meta: dict, validation: Split, model_dir: str, params: str) -> dict:

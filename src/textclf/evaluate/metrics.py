@@ -93,6 +93,12 @@ def mlflow_metrics(metrics: dict) -> dict[str, float]:
             flat[f"vs_baseline_{name}"] = cmp[name]
     for name, value in (metrics.get("ensemble") or {}).items():
         flat[f"ensemble_{name}"] = value
+    blend = metrics.get("blend") or {}  # the served blend (serve.blend), scored on test
+    for name in ("weight", "accuracy", "macro_f1"):
+        if name in blend:
+            flat[f"blend_{name}"] = blend[name]
+    if blend:
+        flat["blend_vs_baseline_mcnemar_p"] = blend["comparison"]["mcnemar_p"]
     return flat | confidence_metrics(metrics, names)
 
 

@@ -14,6 +14,7 @@ import pandas as pd
 
 from textclf.config import load_params
 from textclf.data.versions import KINDS, diff, dropped_at_ingest
+from textclf.evaluate.blend import blended_test
 from textclf.evaluate.champion import SPLITS_ARTIFACT, Challenge
 from textclf.evaluate.conformal_report import calibration_scores, review_curve, review_metrics, set_metrics
 from textclf.evaluate.comparison import compare, per_class_accuracy
@@ -27,6 +28,7 @@ from textclf.inference.frames import PROB_PREFIX, judged_frame
 from textclf.common import UserError, read_json, write_csv, write_json, write_parquet
 from textclf.model.batching import Split, read_token_splits
 from textclf.model.calibration import Calibration, load as load_calibration, review_for
+from textclf.model.exported import BLEND_KEY, read_export
 from textclf.model.modeling import is_multilabel_model, load_classifier, load_thresholds
 from textclf.tracking.registry import current_champion, register, split_hash, version_tags
 from textclf.tracking.runs import add_to_run, git_commit
@@ -173,6 +175,9 @@ def score_test(paths: EvaluatePaths, params, model, labels: list[str], threshold
     doc_ids = test.doc_ids or []
     found = None if thresholds is not None else load_calibration(paths.model_dir)  # None: none saved
     confidence, model_frame = answers(doc_ids, y_true, probs, found, labels, thresholds, params.serve, paths.model_dir)
+    blend = read_export(paths.export).get(BLEND_KEY) if scored is not None else None
+    if blend:  # the export serves the blend with the baseline: its answers are what is served
+        scored, blend_metrics = blended_test(scored, blend, paths.baseline_predictions, doc_ids, labels, y_true, cfg)
     if scored is not None:  # an export is served: its own probabilities, with its own calibration
         confidence, predictions = answers(doc_ids, y_true, scored.probs, scored.calibration, labels, thresholds,
                                           params.serve, paths.export)
@@ -185,6 +190,8 @@ def score_test(paths: EvaluatePaths, params, model, labels: list[str], threshold
         metrics = test_metrics(y_true, y_pred, labels)
         confusion = pd.DataFrame({"actual": [labels[i] for i in y_true], "predicted": [labels[i] for i in y_pred]})
     metrics.update(confidence, confidence_format=serving["format"])
+    if blend:
+        metrics["blend"] = blend_metrics
     return metrics, predictions, confusion, serving, model_frame
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from textclf.config import ServeParams
 from textclf.inference.frames import TextPredictor
 from textclf.inference.model_uri import served_folder
-from textclf.model.exported import EXPORT_FILE, read_export
+from textclf.model.exported import BLEND_KEY, EXPORT_FILE, read_export
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +26,8 @@ def load_predictor(model: str, batch_size: int = 32, coverage: float | None = No
 
 def folder_predictor(folder: str | Path, batch_size: int = 32, logged: dict | None = None,
                      coverage: float | None = None, review_below: float | None = None) -> TextPredictor:
-    """The OnnxPredictor of an exported folder, else the (PyTorch) Predictor, answering with
+    """The OnnxPredictor of an exported folder (blended with the baseline where export.json
+    says so: inference.blend), else the (PyTorch) Predictor, answering with
     prediction sets at `coverage` and needs_review under `review_below` where given (the
     flags), else as recorded_review says."""
     folder = Path(folder)
@@ -34,6 +35,11 @@ def folder_predictor(folder: str | Path, batch_size: int = 32, logged: dict | No
         from textclf.inference.onnx_predictor import OnnxPredictor  # no torch
 
         predictor: TextPredictor = OnnxPredictor(folder, batch_size)
+        blend = read_export(folder).get(BLEND_KEY)
+        if blend:  # the export stage found the fine-tune and the baseline better together (issue 59)
+            from textclf.inference.blend import BlendPredictor  # scikit-learn loads only here
+
+            predictor = BlendPredictor(predictor, folder, blend)
     else:
         from textclf.inference.predictor import Predictor  # torch loads only here
 

@@ -25,7 +25,7 @@ import textclf
 from textclf.common import UserError, positive_int_env
 from textclf.inference.frames import TextPredictor
 from textclf.inference.rows import table_answers
-from textclf.model.exported import read_export
+from textclf.model.exported import BLEND_KEY, read_export
 
 TEXT_COLUMN = "text"
 # Per request, so one huge request cannot hold the workers long after its client gave up
@@ -40,6 +40,7 @@ REQUIREMENTS: tuple[str, ...] = ("torch", "transformers", "tokenizers", "safeten
                                  "numpy", "pyarrow", "pyyaml", "mlflow", "tqdm")
 ONNX_REQUIREMENTS: tuple[str, ...] = ("onnxruntime", "tokenizers", "pandas", "numpy", "pyarrow", "pyyaml",
                                       "mlflow", "tqdm")
+BLEND_REQUIREMENTS: tuple[str, ...] = ("scikit-learn", "scipy", "safetensors")  # inference.blend's
 
 
 # Table mode, set on Spark's executors through spark_udf's extra_env (textclf.spark): every
@@ -155,6 +156,8 @@ def log_pyfunc(model_dir: str | Path, examples: list[str], export_dir: str | Pat
     config = review if recorded is None else None  # one record of the decisions, not two
     predictor: TextPredictor = folder_predictor(folder, logged=config)
     name, requirements = ("model", REQUIREMENTS) if export_dir is None else ("model_onnx", ONNX_REQUIREMENTS)
+    if export_dir is not None and read_export(folder).get(BLEND_KEY):  # the baseline's features and weights too
+        requirements += BLEND_REQUIREMENTS
     artifacts = {"model_dir" if export_dir is None else "onnx_dir": str(folder)}
     example = pd.DataFrame({TEXT_COLUMN: examples})
     signature = infer_signature(example, predictor.predict(examples))

@@ -29,7 +29,7 @@ from textclf.common import UserError, atomic_path, read_json, write_json
 from textclf.config import load_params
 from textclf.model.calibration import load as load_calibration
 from textclf.model.checksums import verify_folder, write_checksums
-from textclf.model.exported import EXPORT_FILE, ONNX_FILES, TOKENIZER_FILE, read_export
+from textclf.model.exported import BASELINE_FILES, BLEND_KEY, EXPORT_FILE, ONNX_FILES, TOKENIZER_FILE, read_export
 from textclf.model.modeling import is_multilabel_model, load_classifier, load_thresholds, load_tokenizer, pad_id
 from textclf.model.quantize import quantize_rows
 
@@ -131,7 +131,9 @@ def format_folder(export_dir: str | Path, fmt: str, out: str | Path) -> Path:
     verify_folder(export_dir, [files[fmt], TOKENIZER_FILE])  # what is copied, not the other format
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    for name in (files[fmt], TOKENIZER_FILE):
+    blend = BASELINE_FILES if meta.get(BLEND_KEY) else ()  # the baseline the blend serves beside it
+    verify_folder(export_dir, blend)
+    for name in (files[fmt], TOKENIZER_FILE, *blend):
         shutil.copyfile(Path(export_dir) / name, out / name)
     # the fallback's own calibration; an export from before formats had their own: the top-level one
     own = meta["fallback"] if fmt != meta["format"] else meta

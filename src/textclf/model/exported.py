@@ -10,6 +10,8 @@ from textclf.common import UserError, read_json
 EXPORT_FILE = "export.json"
 ONNX_FILES = {"onnx": "model.onnx", "onnx-int8": "model.int8.onnx"}  # serve.format -> file
 TOKENIZER_FILE = "tokenizer.json"
+BLEND_KEY = "blend"  # {weight, calibration, validation}: the baseline blended in (inference.blend); absent: none
+BASELINE_FILES = ("baseline.json", "baseline.safetensors")  # the blend's baseline (model.linear_text)
 
 
 def read_export(folder: str | Path) -> dict:

@@ -1,0 +1,65 @@
+"""A blended export (issue 59): the fine-tune's calibrated probabilities and the saved
+baseline's, p = w · model + (1 − w) · baseline, then the blend's own temperature; its
+prediction sets are cut from its own validation scores. The export stage fits w and that
+calibration on validation and serves the blend only where it scores a better validation
+macro-F1 than the fine-tune alone (evaluate.blend); every path loads it through
+inference.loading, so a text gets one answer from the folder, --table, REST and Spark."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+from textclf.inference.frames import answered_frame, check_texts
+from textclf.model.calibration import Review, from_dict, review_for
+from textclf.model.checksums import verify_folder
+from textclf.model.exported import BASELINE_FILES, EXPORT_FILE
+from textclf.model.linear_text import LinearText
+
+if TYPE_CHECKING:
+    from textclf.inference.onnx_predictor import OnnxPredictor
+
+
+
+def blended(p_model: np.ndarray, p_base: np.ndarray, weight: float) -> np.ndarray:
+    """(N, C) calibrated model probabilities and the baseline's, in the same class order."""
+    return (weight * p_model + (1.0 - weight) * p_base).astype(np.float32)
+
+
+def baseline_proba(baseline: LinearText, texts: list[str], labels: list[str]) -> np.ndarray:
+    """The saved baseline's (N, C) probabilities in `labels` order; a class it never saw in
+    training: 0 (the fine-tune alone answers it)."""
+    probs = baseline.predict_proba(texts)  # (N, C') in baseline.classes order
+    return pd.DataFrame(probs, columns=baseline.classes).reindex(columns=labels, fill_value=0.0).to_numpy()
+
+
+class BlendPredictor:
+    """An exported model's predictor (OnnxPredictor) with the baseline blended in: the same
+    interface and columns."""
+
+    def __init__(self, inner: OnnxPredictor, folder: str | Path, blend: dict):
+        folder = Path(folder)
+        verify_folder(folder, BASELINE_FILES)
+        self.inner, self.labels, self.thresholds = inner, list(inner.labels), None
+        self.format, self.where = inner.format, str(folder)
+        self.baseline = LinearText(folder)
+        self.weight = float(blend["weight"])
+        self.calibration = from_dict(blend["calibration"], str(folder / EXPORT_FILE))
+        self.review: Review | None = None
+
+    def raw_proba(self, texts: list[str]) -> np.ndarray:
+        """The blend before its own temperature (what evaluate calibrates and checks)."""
+        return blended(self.inner.predict_proba(texts), baseline_proba(self.baseline, texts, self.labels),
+                       self.weight)
+
+    def predict_proba(self, texts: list[str]) -> np.ndarray:
+        check_texts(texts)
+        return self.calibration.apply(self.raw_proba(list(texts))).astype(np.float32)
+
+    def set_review(self, coverage: float | None, review_below: float) -> None:
+        self.review = review_for(self.calibration, coverage, review_below, self.where)
+
+    def predict(self, texts: list[str]) -> pd.DataFrame:
+        return answered_frame(self.predict_proba(list(texts)), self.labels, None, self.review)
