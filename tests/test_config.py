@@ -138,7 +138,7 @@ def test_flatten(tmp_path):
     assert not any(isinstance(v, dict) for v in flat.values())
     assert {k.split(".")[0] for k in flat} == set(SECTIONS)
     assert flat["model.textcnn.kernel_sizes"] == [2, 3, 4]  # nested sections flatten too
-    assert len(flat) == (10 + 5) + 3 + (3 + 2) + (8 + 2) + 33 + 6 + 9 + 3 + 4 + 7  # ... train, baseline, evaluate, labels, serve, sweep
+    assert len(flat) == (10 + 5) + 3 + (3 + 2) + (8 + 2) + 33 + 6 + 9 + 3 + 5 + 7  # ... train, baseline, evaluate, labels, serve, sweep
 
 
 def test_repo_params_yaml_loads():

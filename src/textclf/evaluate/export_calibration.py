@@ -95,13 +95,14 @@ def with_blend(folder: Path, out: dict, validation: Split, splits: str, wanted: 
     why = ("serve.blend is off" if wanted == "off" else
            "the export stage was given no --baseline" if blend is None else
            "a multi-label model (its label sets are cut at thresholds of its own)" if out.get("task") == "multilabel"
-           else "PyTorch serves (the blend serves beside an ONNX format)" if out["format"] == "torch" else
-           "the model has no calibration (train.calibration none)" if "calibration" not in out else None)
-    if why:
+           else "PyTorch serves (the blend serves beside an ONNX format)" if out["format"] == "torch" else None)
+    served = None if why else OnnxPredictor(folder)
+    if served is not None and served.calibration is None:
+        why = "the model has no calibration (train.calibration none)"
+    if why or served is None or served.calibration is None or blend is None:
         if wanted != "off":
             log.info("serve.blend: not tried: %s", why)
         return out
-    served = OnnxPredictor(folder)
     p_model = served.calibration.apply(served.proba_of_ids(validation.input_ids, validation.owner,
                                                            desc="blend: validation"))
     found = choose_blend(folder, p_model, np.asarray(validation.labels), served.labels, validation.doc_ids or [],

@@ -176,7 +176,7 @@ def score_test(paths: EvaluatePaths, params, model, labels: list[str], threshold
     found = None if thresholds is not None else load_calibration(paths.model_dir)  # None: none saved
     confidence, model_frame = answers(doc_ids, y_true, probs, found, labels, thresholds, params.serve, paths.model_dir)
     blend = read_export(paths.export).get(BLEND_KEY) if scored is not None else None
-    if blend:  # the export serves the blend with the baseline: its answers are what is served
+    if blend and scored is not None:  # the export serves the blend with the baseline: what is served
         scored, blend_metrics = blended_test(scored, blend, paths.baseline_predictions, doc_ids, labels, y_true, cfg)
     if scored is not None:  # an export is served: its own probabilities, with its own calibration
         confidence, predictions = answers(doc_ids, y_true, scored.probs, scored.calibration, labels, thresholds,

@@ -42,7 +42,8 @@ class BlendPredictor:
     def __init__(self, inner: OnnxPredictor, folder: str | Path, blend: dict):
         folder = Path(folder)
         verify_folder(folder, BASELINE_FILES)
-        self.inner, self.labels, self.thresholds = inner, list(inner.labels), None
+        self.inner, self.labels = inner, list(inner.labels)
+        self.thresholds: np.ndarray | None = None  # single-label only
         self.format, self.where = inner.format, str(folder)
         self.baseline = LinearText(folder)
         self.weight = float(blend["weight"])

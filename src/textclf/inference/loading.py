@@ -34,12 +34,14 @@ def folder_predictor(folder: str | Path, batch_size: int = 32, logged: dict | No
     if (folder / EXPORT_FILE).is_file():
         from textclf.inference.onnx_predictor import OnnxPredictor  # no torch
 
-        predictor: TextPredictor = OnnxPredictor(folder, batch_size)
+        onnx = OnnxPredictor(folder, batch_size)
         blend = read_export(folder).get(BLEND_KEY)
         if blend:  # the export stage found the fine-tune and the baseline better together (issue 59)
             from textclf.inference.blend import BlendPredictor  # scikit-learn loads only here
 
-            predictor = BlendPredictor(predictor, folder, blend)
+            predictor: TextPredictor = BlendPredictor(onnx, folder, blend)
+        else:
+            predictor = onnx
     else:
         from textclf.inference.predictor import Predictor  # torch loads only here
 
