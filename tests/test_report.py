@@ -48,6 +48,11 @@ def test_the_first_line_says_when_the_served_model_is_below_its_baseline():
     worse = to_markdown(headline(metrics(-0.05))).strip().splitlines()[0]
     assert "significantly worse than its TF-IDF baseline (accuracy -0.0500, macro-F1 -0.0500)" in worse
     assert to_markdown(headline(metrics(0.05))).strip().startswith("**Test accuracy")
+    served = {**below, "blend": {"weight": 0.4, "accuracy": 0.99, "macro_f1": 0.99,
+                                 "comparison": {**below["comparison"], "verdict": "better"}}}
+    assert to_markdown(headline(served)).strip().startswith("**Test accuracy")  # the blend it serves is above
+    served["blend"]["macro_f1"] = 0.90
+    assert "below its TF-IDF baseline (macro-F1 -0.0400)" in to_markdown(headline(served)).strip().splitlines()[0]
 
 
 def test_headline_with_no_champion_says_so_not_version_none():
