@@ -43,7 +43,7 @@ transformers.__version__, torch.cuda.get_device_name(0))'
 }
 
 bench() {
-  "$PY" benchmarks/throughput.py --gpu-bench --bbc "$BBC" --max-lengths 512 --repeats 2 "$@" \
+  "$PY" benchmarks/speed/throughput.py --gpu-bench --bbc "$BBC" --max-lengths 512 --repeats 2 "$@" \
     2>&1 | tee "$OUT/gpu_bench.log"
 }
 
@@ -53,7 +53,7 @@ pipeline() {
     commit -qm "gpu check" ; } || dvc config --local core.no_scm true
   "$PY" - "$BBC" <<'EOF'
 import sys, yaml
-p = yaml.safe_load(open("params.yaml"))  # the settings of benchmarks/bbc_accuracy.sh
+p = yaml.safe_load(open("params.yaml"))  # the settings of benchmarks/training/bbc_accuracy.sh
 p["ingest"]["source"] = sys.argv[1]
 p["tokenize"].update(max_length=256, truncation="head")
 p["train"].update(epochs=3, batch_size=16, lr_encoder=1.0e-4)

@@ -1,11 +1,11 @@
 """Issue 41's figures: the temperature's effect on test ECE and Brier, the conformal prediction
 sets' empirical coverage and size, the review flag, and the cost of serving them (ONNX int8).
 
-    .venv/bin/python benchmarks/calibration.py --corpus bbc --seeds 0 1 2 3 4 --set train.epochs=1 \
+    .venv/bin/python benchmarks/confidence/calibration.py --corpus bbc --seeds 0 1 2 3 4 --set train.epochs=1 \
         --set tokenize.max_length=128 --work /tmp/calib-bbc [--cost]
-    .venv/bin/python benchmarks/calibration.py --corpus fortunes --seeds 0 1 2 3 4 --set train.epochs=3 \
+    .venv/bin/python benchmarks/confidence/calibration.py --corpus fortunes --seeds 0 1 2 3 4 --set train.epochs=3 \
         --set tokenize.max_length=64 --work /tmp/calib-fortunes [--cost]
-    .venv/bin/python benchmarks/calibration.py --corpus demo --seeds 0 1 --set train.epochs=2 --cost
+    .venv/bin/python benchmarks/confidence/calibration.py --corpus demo --seeds 0 1 --set train.epochs=2 --cost
 
 The real stages (`python -m stages.<name>`, each a fresh process) in --work: ingest and
 tokenize once, then split (split.seed = each --seeds value) and train per seed, in
@@ -30,18 +30,15 @@ import argparse
 import json
 import logging
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
-import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
-from int8_agreement import BBC, fortunes_corpus  # noqa: E402  (the same corpora as issue 39's figures)
-from throughput_helpers import table  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: corpora, timing
+from timing import ROOT, params_for, rotated, stage, table, write_if_changed  # noqa: E402  (first: textclf)
+from corpora import BBC, fortunes_corpus  # noqa: E402  (the same corpora as issue 39's figures)
 
 log = logging.getLogger("calibration-bench")
 SOURCES = {"bbc": BBC, "demo": ROOT / "data" / "sample"}
@@ -49,53 +46,21 @@ COVERAGE_TOLERANCE = 0.015  # issue 41: the mean over seeds within 1.5 points of
 ECE_GOAL = 0.02
 
 
-def stage(name: str, work: Path, params: str, *args: str) -> None:
-    """`python -m stages.NAME --params PARAMS ARGS` in `work`, a fresh process as dvc runs it,
-    offline and with a work-local MLflow store (never the repository's)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1",
-           "MLFLOW_TRACKING_URI": f"sqlite:///{work / 'mlflow.db'}"}
-    start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", f"stages.{name}", "--params", params, *args], cwd=work, env=env, check=True)
-    log.info("%s (%s): %.1f s", name, params, time.perf_counter() - start)
-
-
 def base_params(work: Path, corpus: str, overrides: list[str]) -> dict:
     """The repository's params.yaml with the corpus, serve.format onnx-int8 (--cost exports
     what the issue measures) and each --set key=value (a YAML value, dotted key)."""
-    params = yaml.safe_load((ROOT / "params.yaml").read_text())
-    source = fortunes_corpus(work / "corpus", params["ingest"]["min_per_class"]) if corpus == "fortunes" \
-        else SOURCES[corpus]
-    params["ingest"]["source"] = str(source)
-    params["serve"]["format"] = "onnx-int8"
-    for item in overrides:
-        key, value = item.split("=", 1)
-        *path, last = key.split(".")
-        node = params
-        for part in path:
-            node = node[part]
-        if last not in node:
-            raise SystemExit(f"--set {item}: no param {key} in params.yaml")
-        node[last] = yaml.safe_load(value)
+    params = params_for(SOURCES.get(corpus, work / "corpus"), ["serve.format=onnx-int8", *overrides])
+    if corpus == "fortunes":
+        fortunes_corpus(work / "corpus", params["ingest"]["min_per_class"])
     return params
-
-
-def write_if_changed(path: Path, params: dict) -> bool:
-    """Write params to path -> whether they differ from what was there (outputs made with the
-    old ones are stale)."""
-    text = yaml.safe_dump(params, sort_keys=False)
-    if path.is_file() and path.read_text() == text:
-        return False
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    return True
 
 
 def prepare(work: Path, params: dict, seeds: list[int]) -> None:
     """ingest + tokenize once (split.seed changes neither), then split + train per seed."""
     changed = write_if_changed(work / "params.yaml", params)
     if changed or not (work / "t.parquet").is_file():
-        stage("ingest", work, "params.yaml", "--corpus", "c.parquet", "--report", "r.json")
-        stage("tokenize", work, "params.yaml", "--corpus", "c.parquet", "--tokens", "t.parquet",
+        stage("ingest", work, "--corpus", "c.parquet", "--report", "r.json")
+        stage("tokenize", work, "--corpus", "c.parquet", "--tokens", "t.parquet",
               "--stats", "s.json", "--histogram", "h.csv")
     for seed in seeds:
         d, p = f"seed{seed}", f"seed{seed}/params.yaml"
@@ -103,10 +68,11 @@ def prepare(work: Path, params: dict, seeds: list[int]) -> None:
         if not write_if_changed(work / p, seeded) and not changed and (work / d / "model" / "params.json").is_file():
             log.info("seed %d: trained already (same params)", seed)
             continue
-        stage("split", work, p, "--corpus", "c.parquet", "--splits", f"{d}/sp.parquet", "--counts", f"{d}/n.json")
-        stage("train", work, p, "--tokens", "t.parquet", "--splits", f"{d}/sp.parquet", "--model-dir", f"{d}/model",
+        stage("split", work, "--corpus", "c.parquet", "--splits", f"{d}/sp.parquet", "--counts", f"{d}/n.json",
+              params=p)
+        stage("train", work, "--tokens", "t.parquet", "--splits", f"{d}/sp.parquet", "--model-dir", f"{d}/model",
               "--curve", f"{d}/curve.csv", "--guards", f"{d}/guards.json", "--movement", f"{d}/mv.csv",
-              "--run-file", f"{d}/run.json", "--checkpoint-dir", f"{d}/ckpt")
+              "--run-file", f"{d}/run.json", "--checkpoint-dir", f"{d}/ckpt", params=p)
 
 
 def test_split(work: Path, seed: int) -> tuple[list[str], list[str]]:
@@ -234,7 +200,7 @@ def cost(work: Path, seed: int, docs: int, repeats: int, coverage: float, review
     from textclf.inference.frames import answered_frame
     from textclf.inference.onnx_predictor import OnnxPredictor
     d = f"seed{seed}"
-    stage("export", work, f"{d}/params.yaml", "--model-dir", f"{d}/model", "--out", f"{d}/export")
+    stage("export", work, "--model-dir", f"{d}/model", "--out", f"{d}/export", params=f"{d}/params.yaml")
     texts, _ = test_split(work, seed)
     if len(texts) < docs:
         log.warning("%d test texts: each timed %d times over", len(texts), -(-docs // len(texts)))
@@ -252,8 +218,7 @@ def cost(work: Path, seed: int, docs: int, repeats: int, coverage: float, review
     raw = predictor.predict_proba(texts)  # also the warm-up: the first run allocates the session's buffers
     best, post = dict.fromkeys(ways, 0.0), dict.fromkeys(ways, np.inf)
     for rep in range(repeats):
-        names = list(ways)[rep % len(ways):] + list(ways)[:rep % len(ways)]  # each rotation starts elsewhere
-        for name in names:
+        for name in rotated(list(ways), rep):
             way(*ways[name])
             start = time.perf_counter()
             predictor.predict(texts)

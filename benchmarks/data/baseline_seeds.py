@@ -1,6 +1,6 @@
 """TF-IDF baseline on BBC over split seeds (issue 12's before/after measure).
 
-    .venv/bin/python benchmarks/baseline_seeds.py [--seeds 0 1 2 3 4 5 6] [--code DIR]
+    .venv/bin/python benchmarks/data/baseline_seeds.py [--seeds 0 1 2 3 4 5 6] [--code DIR]
 
 Runs the ingest, split and baseline stages (`python -m stages.<name>`, as dvc.yaml does) on
 ../shared/data/bbc in a temporary folder, with split.seed = baseline.seed = each seed and
@@ -8,13 +8,13 @@ every other param at its default. `--code` runs another checkout's stages instea
 code before near-duplicate grouping:
 
     git archive main | tar -x -C /tmp/main-code
-    .venv/bin/python benchmarks/baseline_seeds.py --code /tmp/main-code
+    .venv/bin/python benchmarks/data/baseline_seeds.py --code /tmp/main-code
 
 `--hashing` also runs the baseline forced onto its large-corpus path (baseline.hashing_from
 0: hashed n-grams + SGD) on each split; the goal is a mean accuracy within 0.5 point of the
 TF-IDF + logistic regression's:
 
-    .venv/bin/python benchmarks/baseline_seeds.py --seeds 0 1 2 3 4 --hashing
+    .venv/bin/python benchmarks/data/baseline_seeds.py --seeds 0 1 2 3 4 --hashing
 
 Each row also counts the near-duplicate groups (this checkout's detection, default params)
 that the evaluated split puts in two splits, and those of them touching the test split.
@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -32,27 +30,19 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from textclf.data.corpus import build_corpus
-from throughput_helpers import table
-
-REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: corpora, timing
+from timing import ROOT, stage, table  # noqa: E402  (first: this checkout's textclf)
+from corpora import BBC  # noqa: E402
+from textclf.data.corpus import build_corpus  # noqa: E402
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--bbc", default=str(REPO.parent / "shared" / "data" / "bbc"))
+    p.add_argument("--bbc", default=str(BBC))
     p.add_argument("--seeds", type=int, nargs="+", default=list(range(7)))
-    p.add_argument("--code", default=str(REPO), help="checkout whose stages run (default: this one)")
+    p.add_argument("--code", default=str(ROOT), help="checkout whose stages run (default: this one)")
     p.add_argument("--hashing", action="store_true", help="also score the hashed + SGD baseline")
     return p.parse_args(argv)
-
-
-def stage(code: Path, name: str, params: Path, *args: str) -> None:
-    env = {**os.environ, "PYTHONPATH": str(code / "src")}
-    proc = subprocess.run([sys.executable, "-m", f"stages.{name}", "--params", str(params), *args],
-                          cwd=code, env=env, capture_output=True, text=True)
-    if proc.returncode != 0:
-        sys.exit(f"stage {name} failed: {proc.stderr[-2000:]}")
 
 
 def straddling(splits: pd.DataFrame, groups: pd.Series) -> tuple[int, int]:
@@ -77,15 +67,15 @@ def main(argv: list[str] | None = None) -> None:
             params.write_text(yaml.safe_dump({"ingest": {"source": str(bbc)}, "split": {"seed": seed},
                                               "baseline": {"seed": seed}}))
             if not rows:  # ingest does not read the seeds
-                stage(code, "ingest", params, "--corpus", str(work / "c.parquet"),
-                      "--report", str(work / "r.json"))
-            stage(code, "split", params, "--corpus", str(work / "c.parquet"),
-                  "--splits", str(work / "s.parquet"), "--counts", str(work / "n.json"))
+                stage("ingest", work, "--corpus", str(work / "c.parquet"), "--report", str(work / "r.json"),
+                      params=params, code=code)
+            stage("split", work, "--corpus", str(work / "c.parquet"), "--splits", str(work / "s.parquet"),
+                  "--counts", str(work / "n.json"), params=params, code=code)
             # the baseline stage writes per-document predictions since issue 13; older --code does not
             predictions = (["--predictions", str(work / "bp.parquet")]
                            if "--predictions" in (Path(code) / "stages" / "baseline.py").read_text() else [])
-            stage(code, "baseline", params, "--corpus", str(work / "c.parquet"),
-                  "--splits", str(work / "s.parquet"), "--out", str(work / "b.json"), *predictions)
+            stage("baseline", work, "--corpus", str(work / "c.parquet"), "--splits", str(work / "s.parquet"),
+                  "--out", str(work / "b.json"), *predictions, params=params, code=code)
             scores = json.loads((work / "b.json").read_text())
             splits = pd.read_parquet(work / "s.parquet")
             spread, in_test = straddling(splits, groups)
@@ -96,8 +86,8 @@ def main(argv: list[str] | None = None) -> None:
                 hashed = work / "hashed.yaml"
                 hashed.write_text(yaml.safe_dump({**yaml.safe_load(params.read_text()),
                                                   "baseline": {"seed": seed, "hashing_from": 0}}))
-                stage(code, "baseline", hashed, "--corpus", str(work / "c.parquet"), "--splits",
-                      str(work / "s.parquet"), "--out", str(work / "h.json"), *predictions)
+                stage("baseline", work, "--corpus", str(work / "c.parquet"), "--splits", str(work / "s.parquet"),
+                      "--out", str(work / "h.json"), *predictions, params=hashed, code=code)
                 rows[-1]["hashed accuracy"] = json.loads((work / "h.json").read_text())["accuracy"]
             print(rows[-1], flush=True)
     frame = pd.DataFrame(rows)

@@ -1,7 +1,7 @@
 """What the champion gate decides when BBC grows: a random 90 % of the articles, then all of
 them, each through a real `dvc repro` with the recipe in benchmarks/bbc_headtail.preset.
 
-    .venv/bin/python benchmarks/bbc_gate.py [--fraction 0.9] [--seed 42] [-S key=value ...]
+    .venv/bin/python benchmarks/data/bbc_gate.py [--fraction 0.9] [--seed 42] [-S key=value ...]
 
 Works in a temporary copy of the committed project (`git archive HEAD`) with its own MLflow
 store: version 1 trains on the subset and becomes champion; version 2 trains on the whole
@@ -23,23 +23,18 @@ from pathlib import Path
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
-BBC = REPO.parent / "shared" / "data" / "bbc"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: corpora, timing
+from timing import ROOT, with_overrides  # noqa: E402
+from corpora import BBC  # noqa: E402
 
 
 def preset() -> dict[str, str]:
-    lines = (REPO / "benchmarks" / "bbc_headtail.preset").read_text().splitlines()
+    lines = (ROOT / "benchmarks" / "bbc_headtail.preset").read_text().splitlines()
     return dict(line.split("=", 1) for line in lines if line.strip() and not line.startswith("#"))
 
 
 def set_params(params: Path, values: dict[str, str]) -> None:
-    data = yaml.safe_load(params.read_text())
-    for key, value in values.items():
-        section, *path, last = key.split(".")
-        node = data[section]
-        for part in path:
-            node = node[part]
-        node[last] = yaml.safe_load(value)
+    data = with_overrides(yaml.safe_load(params.read_text()), [f"{k}={v}" for k, v in values.items()])
     params.write_text(yaml.safe_dump(data, sort_keys=False))
 
 
@@ -62,7 +57,7 @@ def main() -> None:
         tmp = Path(tmp)
         repo = tmp / "repo"
         repo.mkdir()
-        archive = subprocess.run(["git", "archive", "HEAD"], cwd=REPO, capture_output=True, check=True).stdout
+        archive = subprocess.run(["git", "archive", "HEAD"], cwd=ROOT, capture_output=True, check=True).stdout
         subprocess.run(["tar", "-x", "-C", str(repo)], input=archive, check=True)
         files = sorted(p.relative_to(BBC) for p in BBC.rglob("*.txt"))
         subset = tmp / "bbc-subset"

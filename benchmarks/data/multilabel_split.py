@@ -1,7 +1,7 @@
 """How evenly the split stage spreads each label of a multi-label corpus built from BBC, by
 split.method, through the ingest and split stages' own functions.
 
-    .venv/bin/python benchmarks/multilabel_split.py [--seed 0] [--pairs 1500] [--singles 500]
+    .venv/bin/python benchmarks/data/multilabel_split.py [--seed 0] [--pairs 1500] [--singles 500]
                                                    [--conflicts keep|drop]
 
 The corpus (written to a temporary folder, never into the repository): `--singles` BBC articles
@@ -22,18 +22,20 @@ import argparse
 import json
 import logging
 import random
+import sys
 import tempfile
 from pathlib import Path
 
 import yaml
 
-from textclf.common import read_json
-from textclf.data.corpus import IngestPaths, run_ingest
-from textclf.data.splitting import SPLITS, SplitPaths, run_split
-from throughput_helpers import table
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: corpora, timing
+from timing import ROOT, table  # noqa: E402  (first: this checkout's textclf)
+from corpora import BBC  # noqa: E402
+from textclf.common import read_json  # noqa: E402
+from textclf.data.corpus import IngestPaths, run_ingest  # noqa: E402
+from textclf.data.splitting import SPLITS, SplitPaths, run_split  # noqa: E402
 
-BBC = Path(__file__).resolve().parents[2] / "shared" / "data" / "bbc"
-PARAMS = Path(__file__).resolve().parents[1] / "params.yaml"
+PARAMS = ROOT / "params.yaml"
 log = logging.getLogger("multilabel_split")
 
 

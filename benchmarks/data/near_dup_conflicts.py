@@ -2,16 +2,16 @@
 since issue 50) or dropped whole (drop): the documents each keeps, and the test scores of the
 baseline stage (and, with --finetune, a short fine-tune) under each, on BBC or Debian's fortunes.
 
-    .venv/bin/python benchmarks/near_dup_conflicts.py --corpus fortunes --work /tmp/ndc-fortunes
-    .venv/bin/python benchmarks/near_dup_conflicts.py --corpus bbc --work /tmp/ndc-bbc
-    .venv/bin/python benchmarks/near_dup_conflicts.py --corpus fortunes --work /tmp/ndc-fortunes-ft \\
+    .venv/bin/python benchmarks/data/near_dup_conflicts.py --corpus fortunes --work /tmp/ndc-fortunes
+    .venv/bin/python benchmarks/data/near_dup_conflicts.py --corpus bbc --work /tmp/ndc-bbc
+    .venv/bin/python benchmarks/data/near_dup_conflicts.py --corpus fortunes --work /tmp/ndc-fortunes-ft \\
         --finetune --no-baseline --max-length 64 --max-steps 600 [--train-seed 43]
 
 Each policy runs the real stages (ingest, split, baseline; tokenize and train with --finetune)
 with params.yaml's other defaults. The two test sets differ: keep's holds the mixed-label groups
 that drop removes, and nothing else moves (the stable split places a group by its own key), so
 the scores are compared on the test documents both hold; keep's score on its mixed-group test
-documents is printed apart. fortunes: benchmarks/int8_agreement.py builds it (not committed).
+documents is printed apart. fortunes: benchmarks/serving/int8_agreement.py builds it (not committed).
 """
 from __future__ import annotations
 
@@ -25,10 +25,9 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-from int8_agreement import BBC, fortunes_corpus  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: corpora, timing
+from timing import ROOT  # noqa: E402  (first: this checkout's textclf)
+from corpora import BBC, fortunes_corpus  # noqa: E402
 
 log = logging.getLogger("near-dup-conflicts")
 POLICIES = ("drop", "keep")

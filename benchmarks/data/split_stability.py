@@ -1,7 +1,7 @@
 """How many documents change split when BBC's data changes, stable split against the exact
 stratified shuffle (split.method), measured through ingest and split on real folders.
 
-    .venv/bin/python benchmarks/split_stability.py [--seed 42]
+    .venv/bin/python benchmarks/data/split_stability.py [--seed 42]
 
 Each scenario ingests two versions of ../shared/data/bbc (copied into a temporary folder,
 default ingest params) and splits both with default split params but the method: a random
@@ -16,17 +16,18 @@ import argparse
 import logging
 import random
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
 import pandas as pd
 
-from textclf.config import SplitParams
-from textclf.data.corpus import build_corpus
-from textclf.data.splitting import class_counts, split_corpus
-from throughput_helpers import table
-
-BBC = Path(__file__).resolve().parents[2] / "shared" / "data" / "bbc"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: corpora, timing
+from timing import table  # noqa: E402  (first: this checkout's textclf)
+from corpora import BBC  # noqa: E402
+from textclf.config import SplitParams  # noqa: E402
+from textclf.data.corpus import build_corpus  # noqa: E402
+from textclf.data.splitting import class_counts, split_corpus  # noqa: E402
 
 
 def copy(files: dict[str, str], folder: Path) -> Path:

@@ -1,17 +1,17 @@
 """Where train.class_weights balanced starts to pay (issue 50): the imbalance ratio from which
 `auto` turns it on (textclf.data.weights.AUTO_RATIO).
 
-    .venv/bin/python benchmarks/class_weight_ratio.py --seeds 0 1 2 3 4
+    .venv/bin/python benchmarks/labels/class_weight_ratio.py --seeds 0 1 2 3 4
 
 BBC with `tech` and `entertainment` cut to their first n documents (file-name order, as
-benchmarks/imbalance.py cuts them), n chosen so that the largest class is r times the cut ones,
+benchmarks/labels/imbalance.py cuts them), n chosen so that the largest class is r times the cut ones,
 for each --ratios r (1 = BBC as it is, 1.3 to 1). Per ratio and seed, a stratified 70/30 split,
 and issue 50's TF-IDF baseline (word 1-2-grams in 2 documents or more, sublinear tf, logistic
 loss by SGD at alpha 1 / (C n), C 10: what the baseline stage fits from issue 50 on; lbfgs,
 before it, took 85 s a fit here) with class weights none and balanced (scikit-learn's rule,
 textclf.data.weights'): test accuracy, macro-F1 and the two cut classes' recall,
 the means over the seeds, and balanced minus none. The fine-tune's own figures at ratios 25
-(this corpus), 50 and 125 (benchmarks/many_class.py) are in docs/benchmarks.md.
+(this corpus), 50 and 125 (benchmarks/recipes/many_class.py) are in docs/benchmarks.md.
 """
 from __future__ import annotations
 
@@ -23,23 +23,21 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "src"), str(ROOT / "benchmarks")]
-from int8_agreement import BBC  # noqa: E402
-from throughput_helpers import table  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: corpora, timing
+from timing import table  # noqa: E402  (first: this checkout's textclf)
+from corpora import RARE, bbc_classes  # noqa: E402
 
 log = logging.getLogger("class-weight-ratio")
-CUT = ("tech", "entertainment")
 C = 10.0  # baseline.C
 
 
 def corpus(ratio: float) -> tuple[list[str], list[str]]:
-    """BBC's texts and labels, CUT classes cut to the largest class's size over `ratio`."""
-    folders = {p.name: sorted(p.glob("*.txt")) for p in sorted(BBC.iterdir()) if p.is_dir()}
+    """BBC's texts and labels, RARE classes cut to the largest class's size over `ratio`."""
+    folders = bbc_classes()
     keep = round(max(len(f) for f in folders.values()) / ratio)
     texts, labels = [], []
     for label, files in folders.items():
-        for f in files[:keep] if label in CUT else files:
+        for f in files[:keep] if label in RARE else files:
             texts.append(f.read_text(encoding="utf-8", errors="replace"))
             labels.append(label)
     return texts, labels
@@ -64,7 +62,7 @@ def measure(ratio: float, seed: int) -> dict[str, dict]:
         predicted = model.fit(x_train, y_train).predict(x_test)
         out[weights] = {"accuracy": float(np.mean(predicted == np.asarray(y_test))),
                         "macro_f1": float(f1_score(y_test, predicted, average="macro")),
-                        "cut_recall": float(recall_score(y_test, predicted, labels=list(CUT), average="macro")),
+                        "cut_recall": float(recall_score(y_test, predicted, labels=list(RARE), average="macro")),
                         "seconds": time.perf_counter() - start}
     counts = np.unique(y_train, return_counts=True)[1]
     out["ratio"] = {"train_ratio": float(counts.max() / counts.min()), "train": len(y_train), "test": len(y_test)}
@@ -89,7 +87,7 @@ def main() -> None:
                      "cut recall none": 100 * mean["none"]["cut_recall"],
                      "cut recall balanced": 100 * mean["balanced"]["cut_recall"],
                      "fit s": mean["none"]["seconds"]})
-    print(f"\nBBC, {CUT} cut, stratified 70/30, seeds {args.seeds}, TF-IDF baseline (means, %)\n")
+    print(f"\nBBC, {RARE} cut, stratified 70/30, seeds {args.seeds}, TF-IDF baseline (means, %)\n")
     print(table(rows, list(rows[0])))
 
 

@@ -3,9 +3,9 @@ trained with and without train.class_weights: balanced over split seeds, the TF-
 (weighted alike) beside; and whether the silent_class guard fires where a class is never
 recalled, and never on balanced BBC.
 
-    .venv/bin/python benchmarks/imbalance.py                       # seeds 0 1 2 + balanced BBC
-    .venv/bin/python benchmarks/imbalance.py --seeds 0 -S tokenize.max_length=256
-    .venv/bin/python benchmarks/imbalance.py --work DIR --summarize  # the tables of DIR's finished runs
+    .venv/bin/python benchmarks/labels/imbalance.py                       # seeds 0 1 2 + balanced BBC
+    .venv/bin/python benchmarks/labels/imbalance.py --seeds 0 -S tokenize.max_length=256
+    .venv/bin/python benchmarks/labels/imbalance.py --work DIR --summarize  # the tables of DIR's finished runs
 
 Every run is the real stages (ingest, tokenize, split, baseline, train, export, evaluate) in a
 work folder, with benchmarks/bbc_headtail.preset's recipe at 128 tokens unless -S says otherwise. The
@@ -27,44 +27,25 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from stages import baseline, evaluate, export, ingest, split, tokenize, train  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: corpora, timing
+from timing import ROOT, with_overrides  # noqa: E402  (first: this checkout's textclf)
+from corpora import BBC, RARE, bbc_rare  # noqa: E402
 from textclf.evaluate.metrics_file import read_metrics  # noqa: E402
 from textclf.multiseed import read_preset  # noqa: E402
 
 log = logging.getLogger("imbalance-benchmark")
-BBC = ROOT.parent / "shared" / "data" / "bbc"
-RARE = ("tech", "entertainment")
-
-
-def corpus(dst: Path, keep: int | None) -> Path:
-    """BBC copied into dst (ingest refuses links out of its folder), RARE cut to `keep`."""
-    for folder in sorted(p for p in BBC.iterdir() if p.is_dir()):
-        files = sorted(folder.glob("*.txt"))
-        if keep is not None and folder.name in RARE:
-            files = files[:keep]
-        (dst / folder.name).mkdir(parents=True)
-        for f in files:
-            shutil.copy(f, dst / folder.name / f.name)
-    return dst
 
 
 def params_file(path: Path, overrides: list[str]) -> list[str]:
-    params = yaml.safe_load((ROOT / "params.yaml").read_text())
-    for item in overrides:
-        key, value = item.split("=", 1)
-        section, *rest = key.split(".")
-        node = params[section]
-        for part in rest[:-1]:
-            node = node[part]
-        node[rest[-1]] = yaml.safe_load(value)
+    params = with_overrides(yaml.safe_load((ROOT / "params.yaml").read_text()), overrides)
     path.write_text(yaml.safe_dump(params, sort_keys=False))
     return ["--params", str(path)]
 
 
 def prepare(work: Path, source: Path, overrides: list[str]) -> None:
     """Ingest and tokenize once per corpus: neither depends on the seed or the weights."""
+    from stages import ingest, tokenize  # here: --help needs no torch
+
     w = lambda name: str(work / name)  # noqa: E731
     p = params_file(work / "params.yaml", overrides + [f"ingest.source={source}"])
     ingest.main(p + ["--corpus", w("c.parquet"), "--report", w("r.json")])
@@ -75,6 +56,8 @@ def prepare(work: Path, source: Path, overrides: list[str]) -> None:
 def run(work: Path, run_dir: Path, overrides: list[str]) -> dict:
     """Split, baseline, train, export and evaluate in run_dir -> metrics.json plus the baseline's
     per-class test recall and the guard's record."""
+    from stages import baseline, evaluate, export, split, train  # here: --help needs no torch
+
     run_dir.mkdir(parents=True)
     w = lambda name: str(run_dir / name)  # noqa: E731
     c, t = str(work / "c.parquet"), str(work / "t.parquet")
@@ -176,7 +159,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     for name in dict.fromkeys(corpus_name for corpus_name, _, _ in plan):
         folder = work / name.replace(" ", "-")
         if not args.summarize:
-            prepare(folder, corpus(folder / "corpus", args.keep if name == "imbalanced" else None), base)
+            prepare(folder, bbc_rare(folder / "corpus", args.keep if name == "imbalanced" else None), base)
         for corpus_name, seed, weights in (item for item in plan if item[0] == name):
             run_dir = folder / f"s{seed}-{weights}"
             if args.summarize and not (run_dir / "metrics.json").is_file():

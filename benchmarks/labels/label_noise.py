@@ -1,8 +1,8 @@
 """Planted wrong labels on BBC, found by the labels stage's cross-fitted baseline (issue 40).
 
-    .venv/bin/python benchmarks/label_noise.py [--rate 0.1] [--folds 10] [--seed 0]
-    .venv/bin/python benchmarks/label_noise.py --rate 0.15 --source business --target tech
-    .venv/bin/python benchmarks/label_noise.py --rate 0     # the real BBC: nothing planted
+    .venv/bin/python benchmarks/labels/label_noise.py [--rate 0.1] [--folds 10] [--seed 0]
+    .venv/bin/python benchmarks/labels/label_noise.py --rate 0.15 --source business --target tech
+    .venv/bin/python benchmarks/labels/label_noise.py --rate 0     # the real BBC: nothing planted
 
 Copies ../shared/data/bbc's class folders into a temporary folder with `--rate` of the files
 moved to a random other class folder (seeded, renamed so none collide; with --source/--target,
@@ -23,15 +23,15 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
-BBC = REPO.parent / "shared" / "data" / "bbc"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: corpora, timing
+from timing import ROOT, stage, with_overrides  # noqa: E402  (first: this checkout's textclf)
+from corpora import BBC  # noqa: E402
 
 
 def plant(dst: Path, rate: float, seed: int, source: str = "", target: str = "") -> set[str]:
@@ -50,28 +50,16 @@ def plant(dst: Path, rate: float, seed: int, source: str = "", target: str = "")
     return moved
 
 
-def stage(name: str, cwd: Path, *args: str) -> tuple[float, float]:
-    """-> (seconds, peak resident MB) of `python -m stages.NAME ARGS`."""
-    start = time.perf_counter()
-    subprocess.run(["/usr/bin/time", "-f", "%M", "-o", "peak.txt", sys.executable, "-m", f"stages.{name}",
-                    "--params", "params.yaml", *args], cwd=cwd, check=True,
-                   env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
-    return time.perf_counter() - start, int((cwd / "peak.txt").read_text().split()[-1]) / 1024
-
-
 def with_model(tmp: Path, params: dict, overrides: list[str]) -> Path:
     """The whole pipeline (`dvc repro labels`) in a clone of this repository, with the recipe in
     benchmarks/bbc_headtail.preset in fp32 (bf16 is emulated, slowly, on CPUs without it) -> the clone,
     its stage outputs linked under the names the baseline-only path writes. overrides: key=value
     (--set), after the preset."""
     repo = tmp / "repo"
-    subprocess.run(["git", "clone", "-q", str(REPO), str(repo)], check=True)
-    preset = (REPO / "benchmarks" / "bbc_headtail.preset").read_text().splitlines()
-    for line in [*preset, *overrides]:
-        if line.strip() and not line.startswith("#") and "precision" not in line:
-            key, value = line.split("=", 1)
-            section, name = key.split(".")
-            params[section][name] = yaml.safe_load(value)
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(repo)], check=True)
+    preset = (ROOT / "benchmarks" / "bbc_headtail.preset").read_text().splitlines()
+    with_overrides(params, [line for line in [*preset, *overrides]
+                            if line.strip() and not line.startswith("#") and "precision" not in line])
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     env.pop("MLFLOW_TRACKING_URI", None)
@@ -127,7 +115,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         moved = plant(tmp / "bbc", args.rate, args.seed, args.source, args.target)
-        params = yaml.safe_load((REPO / "params.yaml").read_text())
+        params = yaml.safe_load((ROOT / "params.yaml").read_text())
         params["ingest"]["source"] = str(tmp / "bbc")
         params["labels"]["folds"] = args.folds
         if args.model:
@@ -153,7 +141,7 @@ def main() -> None:
         print(json.dumps({"judged_by": sorted(table["judged_by"].unique()), "rate": args.rate, "source": args.source, "target": args.target, "folds": args.folds,
                           "seed": args.seed, "documents": len(table), "planted_moved": len(moved),
                           "estimated_noise": summary["estimated_noise"], "labels_stage_s": round(seconds, 1),
-                          "labels_stage_peak_mb": round(peak), "by_split": rows,
+                          "labels_stage_peak_mb": round(peak * 1024), "by_split": rows,
                           "baseline_test_accuracy_on_true_labels": accuracies(tmp, table),
                           "top": table.head(20)[["source_path", "split", "given", "suggested", "quality",
                                                  "flagged"]].to_dict("records")}, indent=1))

@@ -1,8 +1,8 @@
 """Corpora as users bring them (issue 50): per corpus, what the pipeline costs and whether its
 fine-tune silences small classes that the TF-IDF baseline finds.
 
-    OMP_NUM_THREADS=2 .venv/bin/python benchmarks/many_class.py                  # bbc fortunes stdlib
-    .venv/bin/python benchmarks/many_class.py --corpora stdlib --set train.class_weights=none
+    OMP_NUM_THREADS=2 .venv/bin/python benchmarks/recipes/many_class.py                  # bbc fortunes stdlib
+    .venv/bin/python benchmarks/recipes/many_class.py --corpora stdlib --set train.class_weights=none
 
 Corpora (benchmarks/corpora.py builds them): bbc (../shared/data/bbc: 5 balanced classes),
 fortunes (Debian's fortune files: 42 classes, 10 to 1 250 each), stdlib (the standard library's
@@ -14,7 +14,7 @@ Each stage runs as `python -m stages.<name>` in a fresh process in --work/<corpu
 checkout's src first on the path and params.yaml's defaults plus the short recipe (RECIPE, then
 each --set): ingest, tokenize, split, baseline (wall time, peak RSS of the stage process),
 labels (its default folds, the baseline's test predictions standing in for the model's, as
-benchmarks/labels_scale.py does; stopped after --labels-timeout s) and train; the trained
+benchmarks/scale/labels_scale.py does; stopped after --labels-timeout s) and train; the trained
 model folder's Predictor scores the test split. Prints a Markdown table and one JSON line:
 documents kept by ingest, class_weights as resolved, accuracy and macro-F1 of both, and the
 silent classes: with >= MIN_TEST test documents, F1 0 for the fine-tune where the baseline's is
@@ -26,21 +26,16 @@ import argparse
 import json
 import logging
 import os
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "src"), str(ROOT / "benchmarks")]
-from calibration import base_params  # noqa: E402
-from corpus_scale import CHILD  # noqa: E402  (a stage in a fresh process, its own peak RSS)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: corpora, timing
+from timing import params_for, stage, table, write_if_changed  # noqa: E402  (first: this checkout's textclf)
 from corpora import source  # noqa: E402
-from throughput_helpers import table  # noqa: E402
 
 log = logging.getLogger("many-class")
 RECIPE = ["tokenize.max_length=128", "train.epochs=2", "train.batch_size=16"]  # fits 2 cores; 1 epoch was too few
@@ -49,31 +44,8 @@ MIN_TEST = 5  # issue 50: a silent class has at least this many test documents
 
 
 def params(work: Path, src: Path, overrides: list[str]) -> None:
-    """params.yaml's defaults with each key=value override (calibration.base_params, on the
-    demo's source, which this corpus's replaces) -> work/params.yaml."""
-    p = base_params(work, "demo", overrides)
-    p["ingest"]["source"] = str(src)
-    (work / "params.yaml").write_text(yaml.safe_dump(p, sort_keys=False))
-
-
-def stage(name: str, work: Path, *args: str, timeout: float | None = None) -> tuple[float | None, float | None]:
-    """One stage in a fresh process -> (wall seconds, peak RSS GiB); (None, None) past `timeout`."""
-    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}:{ROOT}", "HF_HUB_OFFLINE": "1",
-           "MLFLOW_TRACKING_URI": f"sqlite:///{work / 'mlflow.db'}"}
-    cmd = [sys.executable, "-c", CHILD, f"stages.{name}", "--params", "params.yaml", *args]
-    started = time.perf_counter()
-    try:
-        proc = subprocess.run(cmd, cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                              text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        log.warning("%s stopped after %.0f s", name, timeout)
-        return None, None
-    seconds = time.perf_counter() - started
-    (work / f"{name}.log").write_text(proc.stderr)
-    if proc.returncode != 0:
-        sys.exit(f"{name} failed in {work}:\n{proc.stderr[-3000:]}")
-    log.info("%s: %.1f s", name, seconds)
-    return seconds, int(proc.stderr.rsplit("peak_kib", 1)[1]) / 2**20
+    """params.yaml's defaults reading `src`, with each key=value override -> work/params.yaml."""
+    write_if_changed(work / "params.yaml", params_for(src, overrides))
 
 
 def per_class_f1(truth: list[str], predicted: list[str], classes: list[str]) -> np.ndarray:

@@ -45,12 +45,10 @@ import numpy as np
 import pandas as pd
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "src"), str(ROOT / "benchmarks")]
-from calibration import write_if_changed  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: corpora, timing
+from timing import ROOT, stage, table, write_if_changed  # noqa: E402  (first: this checkout's textclf)
 from corpora import CORPORA, source  # noqa: E402
-from many_class import MIN_TEST, params, per_class_f1, stage  # noqa: E402  (the same stages, as children)
-from throughput_helpers import table  # noqa: E402
+from many_class import MIN_TEST, params, per_class_f1  # noqa: E402  (the same stages, as children)
 
 log = logging.getLogger("recipes")
 # ~15 minutes a corpus for every recipe, estimated (not measured): ~40 s of each train stage's

@@ -1,7 +1,7 @@
-"""benchmarks/recipes.py's figure: test macro-F1 and accuracy against training CPU-minutes, one
+"""benchmarks/recipes/recipes.py's figure: test macro-F1 and accuracy against training CPU-minutes, one
 column of panels per corpus, a colour per recipe, the baseline as a horizontal line.
 
-    .venv/bin/python benchmarks/recipes_plot.py /tmp/recipes-bench/recipes.jsonl docs/recipes.png
+    .venv/bin/python benchmarks/recipes/recipes_plot.py /tmp/recipes-bench/recipes.jsonl docs/recipes.png
 
 Each JSON line is a marker at its recipe's CPU-minutes (runs accumulate: every line is drawn);
 where train wrote cpu_seconds in its curve, the validations are a dashed line to it (validation
@@ -69,7 +69,7 @@ def plot(jsonl: Path, png: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("jsonl", type=Path, help="benchmarks/recipes.py's --out")
+    parser.add_argument("jsonl", type=Path, help="benchmarks/recipes/recipes.py's --out")
     parser.add_argument("png", type=Path)
     args = parser.parse_args()
     plot(args.jsonl, args.png)

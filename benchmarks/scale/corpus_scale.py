@@ -2,9 +2,9 @@
 on 100 000 and 1 000 000 synthetic documents, as Parquet and as JSON Lines, and the train
 stage's data path on the largest.
 
-    .venv/bin/python benchmarks/corpus_scale.py [--bbc ../shared/data/bbc]
+    .venv/bin/python benchmarks/scale/corpus_scale.py [--bbc ../shared/data/bbc]
         [--sizes 100000 1000000] [--formats parquet jsonl] [--train-size 1000000] [--work DIR]
-    .venv/bin/python benchmarks/corpus_scale.py --sizes 100000 --tokenize-rounds 3
+    .venv/bin/python benchmarks/scale/corpus_scale.py --sizes 100000 --tokenize-rounds 3
 
 Documents recombine BBC sentences within a class: each takes as many sentences as a BBC
 article of its class drawn at random has, each sentence drawn from the class's pool, so
@@ -35,11 +35,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
-from textclf.config import NearDuplicateParams
-from textclf.data.corpus import build_corpus
-from throughput_helpers import table
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: corpora, timing
+from timing import ROOT, stage, table  # noqa: E402  (first: this checkout's textclf)
+from corpora import BBC  # noqa: E402
+from textclf.config import NearDuplicateParams  # noqa: E402
+from textclf.data.corpus import build_corpus  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
 SEED = 2026
 GEN_BATCH = 50_000
 SENTENCE = re.compile(r"(?<=[.!?\"])\s+(?=[A-Z\"])")
@@ -51,7 +52,7 @@ RAW_LIMIT = 200_000  # texts the raw encode_batch peer times (its rate does not 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--bbc", default=str(REPO.parent / "shared" / "data" / "bbc"))
+    p.add_argument("--bbc", default=str(BBC))
     p.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000])
     p.add_argument("--formats", nargs="+", default=["parquet", "jsonl"], choices=["parquet", "jsonl"])
     p.add_argument("--train-size", type=int, default=None,
@@ -102,33 +103,6 @@ def write_corpus(pools: dict, n: int, fmt: str, path: Path) -> None:
             fh.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in batch.to_pylist())
 
 
-# A stage in a fresh process, then its own peak RSS from /proc (wait4's ru_maxrss would
-# also count this benchmark's memory, which the child inherits at fork, before its exec).
-CHILD = """import runpy, sys
-module = sys.argv.pop(1)
-sys.argv[0] = module
-try:
-    runpy.run_module(module, run_name="__main__", alter_sys=True)
-finally:
-    with open("/proc/self/status") as status:
-        peak = next(line.split()[1] for line in status if line.startswith("VmHWM:"))
-    print("peak_kib", peak, file=sys.stderr)
-"""
-
-
-def run_stage(stage: str, args: list[str], work: Path) -> tuple[float, float, str]:
-    """-> (wall seconds, peak RSS GiB, its log)."""
-    cmd = [sys.executable, "-c", CHILD, f"stages.{stage}", "--params", str(work / "params.yaml"), *args]
-    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{work / 'mlflow.db'}", "HF_HUB_OFFLINE": "1"}
-    started = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                          text=True, env=env)
-    seconds = time.perf_counter() - started
-    if proc.returncode != 0:
-        sys.exit(f"{stage} failed in {work}:\n{proc.stderr[-3000:]}")
-    return seconds, int(proc.stderr.rsplit("peak_kib", 1)[1]) / 2**20, proc.stderr
-
-
 # The tokenizer alone on the same texts, in a fresh process: read every text first (not
 # timed), then time encode_batch over CHUNK-sized batches, as tokenize calls it.
 RAW = """import json, sys, time
@@ -150,14 +124,14 @@ print(json.dumps({"docs": sum(map(len, texts)), "seconds": time.perf_counter() -
 
 def raw_encode(corpus: Path, model: str, limit: int) -> float:
     """Documents/s of `tokenizers` encode_batch alone on the corpus's first `limit` texts."""
-    out = subprocess.run([sys.executable, "-c", RAW, str(corpus), model, str(limit)], cwd=REPO,
+    out = subprocess.run([sys.executable, "-c", RAW, str(corpus), model, str(limit)], cwd=ROOT,
                          capture_output=True, text=True, check=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     got = json.loads(out.stdout.strip().splitlines()[-1])
     return got["docs"] / got["seconds"]
 
 
 def write_params(work: Path, source: Path, max_steps: int) -> dict:
-    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
     params["ingest"]["source"] = str(source)
     params["tokenize"]["max_length"] = 256
     params["train"].update(max_steps=max_steps, epochs=1, processes=1)
@@ -189,7 +163,7 @@ def train_until_first_step(work: Path) -> tuple[float, float]:
     cmd = [sys.executable, "-m", "stages.train", "--params", str(work / "params.yaml"), *args]
     env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{work / 'mlflow.db'}", "HF_HUB_OFFLINE": "1"}
     started = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=REPO, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
+    proc = subprocess.Popen(cmd, cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
                             text=True, env=env, start_new_session=True)
     lines = []
     for line in proc.stderr:
@@ -216,9 +190,9 @@ def measure_size(pools: dict, n: int, formats: list[str], root: Path, train: boo
               f"{time.perf_counter() - started:.0f} s", flush=True)
         params = write_params(work, source, max_steps)
         # downstream stages read corpus.parquet, the same whatever the source format: once
-        for stage, args in data_stages(work, with_downstream=k == 0):
-            seconds, gib, _ = run_stage(stage, args, work)
-            rows.append({"documents": n, "format": fmt, "stage": stage, "wall s": seconds,
+        for name, args in data_stages(work, with_downstream=k == 0):
+            seconds, gib = stage(name, work, *args)
+            rows.append({"documents": n, "format": fmt, "stage": name, "wall s": seconds,
                          "peak GiB": gib, "docs/s": n / seconds})
             print(rows[-1], flush=True)
         if k == 0:
@@ -241,12 +215,12 @@ def compare_tokenize(pools: dict, n: int, root: Path, rounds: int) -> dict:
     work.mkdir(parents=True, exist_ok=True)
     write_corpus(pools, n, "parquet", work / "source.parquet")
     params = write_params(work, work / "source.parquet", 0)
-    stage, args = data_stages(work, with_downstream=True)[0]
-    run_stage(stage, args, work)  # ingest, once
+    name, args = data_stages(work, with_downstream=True)[0]
+    stage(name, work, *args)  # ingest, once
     tokenize_args = data_stages(work, with_downstream=True)[1][1]
     ours, raw = [], []
     for _ in range(rounds):
-        ours.append(n / run_stage("tokenize", tokenize_args, work)[0])
+        ours.append(n / stage("tokenize", work, *tokenize_args)[0])
         raw.append(raw_encode(work / "corpus.parquet", params["model"]["name"], n))
         print(f"{n}: tokenize {ours[-1]:.0f} docs/s, raw encode_batch {raw[-1]:.0f} docs/s", flush=True)
     return {"documents": n, "tokenize docs/s": max(ours), "raw docs/s": max(raw),

@@ -1,6 +1,6 @@
 """Ingest at scale with near-duplicate detection (issue 12): the BBC variant corpus.
 
-    .venv/bin/python benchmarks/ingest_scale.py [--bbc ../shared/data/bbc] [--scales 1 10 40]
+    .venv/bin/python benchmarks/scale/ingest_scale.py [--bbc ../shared/data/bbc] [--scales 1 10 40]
         [--repeats 2]
 
 For each scale k, in a temporary folder: every BBC article left after exact de-duplication
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,19 +28,20 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from textclf.evaluate.baseline import fit_and_score
-from textclf.config import BaselineParams, NearDuplicateParams, SplitParams
-from textclf.data.corpus import build_corpus
-from textclf.data.splitting import stratified_split
-from throughput_helpers import table
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: corpora, timing
+from timing import stage, table  # noqa: E402  (first: this checkout's textclf)
+from corpora import BBC  # noqa: E402
+from textclf.evaluate.baseline import fit_and_score  # noqa: E402
+from textclf.config import BaselineParams, NearDuplicateParams, SplitParams  # noqa: E402
+from textclf.data.corpus import build_corpus  # noqa: E402
+from textclf.data.splitting import stratified_split  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
 GOAL_SECONDS = 10.0  # ingest of the 10x corpus, detection included, on the 2-core machine
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--bbc", default=str(REPO.parent / "shared" / "data" / "bbc"))
+    p.add_argument("--bbc", default=str(BBC))
     p.add_argument("--scales", type=int, nargs="+", default=[1, 10, 40])
     p.add_argument("--repeats", type=int, default=2, help="timed ingest runs per scale; the best counts")
     return p.parse_args(argv)
@@ -58,33 +58,14 @@ def write_variants(articles: pd.DataFrame, k: int, root: Path) -> int:
     return len(articles) * k
 
 
-# Runs the ingest stage and then prints its peak RSS. The peak comes from /proc (VmHWM of
-# this process's own memory map): wait4's ru_maxrss would also count this benchmark's
-# memory, which the child inherits at fork, before its exec.
-CHILD = """import runpy, sys
-sys.argv[0] = "stages.ingest"
-try:
-    runpy.run_module("stages.ingest", run_name="__main__", alter_sys=True)
-finally:
-    with open("/proc/self/status") as status:
-        peak = next(line.split()[1] for line in status if line.startswith("VmHWM:"))
-    print("peak_kib", peak, file=sys.stderr)
-"""
-
-
 def run_ingest(source: Path, work: Path, enabled: bool) -> tuple[float, float]:
     """The ingest stage in a fresh process -> (wall seconds, peak RSS MiB)."""
     params = work / f"params-{enabled}.yaml"
     params.write_text(yaml.safe_dump({"ingest": {"source": str(source),
                                                  "near_duplicates": {"enabled": enabled}}}))
-    cmd = [sys.executable, "-c", CHILD, "--params", str(params),
-           "--corpus", str(work / "corpus.parquet"), "--report", str(work / "report.json")]
-    started = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    seconds = time.perf_counter() - started
-    if proc.returncode != 0:
-        sys.exit(f"ingest failed on {source}: {proc.stderr[-2000:]}")
-    return seconds, int(proc.stderr.rsplit("peak_kib", 1)[1]) / 1024
+    seconds, gib = stage("ingest", work, "--corpus", str(work / "corpus.parquet"), "--report",
+                         str(work / "report.json"), params=params)
+    return seconds, gib * 1024
 
 
 def family_check(corpus: pd.DataFrame, article_groups: pd.Series) -> tuple[int, bool]:

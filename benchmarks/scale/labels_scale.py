@@ -1,8 +1,8 @@
 """The labels stage at scale (issue 40): what judging every label adds to a large corpus.
 
-    .venv/bin/python benchmarks/labels_scale.py [--sizes 100000] [--folds 10] [--work DIR]
+    .venv/bin/python benchmarks/scale/labels_scale.py [--sizes 100000] [--folds 10] [--work DIR]
 
-The synthetic corpus of benchmarks/corpus_scale.py (BBC sentences recombined within each
+The synthetic corpus of benchmarks/scale/corpus_scale.py (BBC sentences recombined within each
 class, as Parquet), then ingest, split, baseline and labels as `python -m stages.<name>` in
 fresh processes with the project's params (labels.folds from --folds), the baseline's test
 predictions standing in for the fine-tuned model's (the labels stage needs no tokens, and the
@@ -15,14 +15,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import yaml
 
-from corpus_scale import REPO, run_stage, sentence_pools, write_corpus, write_params
-from throughput_helpers import table
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: corpora, timing
+from timing import stage, table  # noqa: E402  (first: this checkout's textclf)
+from corpora import BBC  # noqa: E402
+from corpus_scale import sentence_pools, write_corpus, write_params  # noqa: E402  (the same synthetic corpus)
 
 
 def stages(work: Path) -> list[tuple[str, list[str]]]:
@@ -47,9 +50,9 @@ def measure(pools: dict, n: int, folds: int, root: Path) -> list[dict]:
     params["labels"]["folds"] = folds
     (work / "params.yaml").write_text(yaml.safe_dump(params))
     rows = []
-    for stage, args in stages(work):
-        seconds, gib, _ = run_stage(stage, args, work)
-        rows.append({"documents": n, "stage": stage, "wall s": seconds, "peak GiB": gib, "docs/s": n / seconds})
+    for name, args in stages(work):
+        seconds, gib = stage(name, work, *args)
+        rows.append({"documents": n, "stage": name, "wall s": seconds, "peak GiB": gib, "docs/s": n / seconds})
         print(rows[-1], flush=True)
     summary = json.loads((work / "li.json").read_text())
     print(f"flagged {summary['flagged']} of {summary['documents']}, estimated wrong {summary['estimated_noise']}")
@@ -59,7 +62,7 @@ def measure(pools: dict, n: int, folds: int, root: Path) -> list[dict]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--bbc", default=str(REPO.parent / "shared" / "data" / "bbc"))
+    p.add_argument("--bbc", default=str(BBC))
     p.add_argument("--sizes", type=int, nargs="+", default=[100_000])
     p.add_argument("--folds", type=int, default=10)
     p.add_argument("--work", default=None, help="keep the corpora and outputs here (default: a temp dir)")

@@ -1,9 +1,9 @@
 """Spark scoring against `predict --table` (issue 43): the same Parquet table of short made-up
-texts (benchmarks/table_scoring.py's, 2 % null or empty) scored by the same logged model, each
+texts (benchmarks/scale/table_scoring.py's, 2 % null or empty) scored by the same logged model, each
 command in a fresh process on this machine.
 
-    .venv/bin/python benchmarks/spark_scoring.py --model models:/textclf@champion   # after make repro
-    .venv/bin/python benchmarks/spark_scoring.py --rows 100000 --master 'local[2]'
+    .venv/bin/python benchmarks/scale/spark_scoring.py --model models:/textclf@champion   # after make repro
+    .venv/bin/python benchmarks/scale/spark_scoring.py --rows 100000 --master 'local[2]'
 
 The table is written in row groups of 25 x 4 096 rows, so that each Spark partition starts where a
 --table chunk starts: both then give the model the same batches, and an int8 model (whose
@@ -26,10 +26,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-sys.path[:0] = [str(Path(__file__).resolve().parent)]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: corpora, timing
+from timing import ROOT  # noqa: E402
 from table_scoring import write_table  # noqa: E402  (the same table)
 
-REPO = Path(__file__).resolve().parents[1]
 ROW_GROUP = 25 * 4096  # a whole number of --table chunks (CHUNK_ROWS) and Spark batches
 log = logging.getLogger("spark_scoring")
 
@@ -72,7 +72,7 @@ def peak_kib(pid: int) -> tuple[str, int] | None:
 def run(cmd: list[str]) -> tuple[float, dict[int, tuple[str, int]]]:
     """-> (wall seconds, {pid: (name, peak KiB)}) of the command's process tree."""
     started = time.monotonic()
-    proc = subprocess.Popen(cmd, cwd=REPO)
+    proc = subprocess.Popen(cmd, cwd=ROOT)
     peaks: dict[int, tuple[str, int]] = {}
     while proc.poll() is None:
         for pid in tree(proc.pid):

@@ -1,9 +1,9 @@
 """Batch scoring of a large table (issue 31): `python -m textclf.predict MODEL --table` on a
 Parquet table of short synthetic texts, in a fresh process per size.
 
-    .venv/bin/python benchmarks/table_scoring.py [--model models/model] [--rows 1000000]
+    .venv/bin/python benchmarks/scale/table_scoring.py [--model models/model] [--rows 1000000]
         [--batch-size 32] [--work DIR]
-    .venv/bin/python benchmarks/table_scoring.py --rows 10000 100000   # memory flat in the size?
+    .venv/bin/python benchmarks/scale/table_scoring.py --rows 10000 100000   # memory flat in the size?
 
 The texts are 6 to 24 words drawn from a made-up vocabulary (no corpus text), about 2% of
 them empty or null so that the skip counts run too. Per size: wall time of the scoring
@@ -27,7 +27,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: corpora, timing
+from timing import ROOT  # noqa: E402
 SEED = 2026
 GEN_BATCH = 100_000
 SYLLABLES = ["ka", "lo", "mi", "ten", "ra", "vo", "sel", "du", "pa", "rin", "ge", "tho", "an", "bel",
@@ -37,7 +38,7 @@ log = logging.getLogger("table_scoring")
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default=str(REPO / "models" / "model"),
+    p.add_argument("--model", default=str(ROOT / "models" / "model"),
                    help="model folder or MLflow model URI (default: models/model, after `make repro`)")
     p.add_argument("--rows", type=int, nargs="+", default=[1_000_000])
     p.add_argument("--batch-size", type=int, default=32)
@@ -84,7 +85,7 @@ def score(model: str, table: Path, out: Path, batch_size: int) -> tuple[float, f
     cmd = [sys.executable, "-m", "textclf.predict", model, "--table", str(table), "--id-column", "id",
            "--out", str(out), "--batch-size", str(batch_size)]
     started = time.monotonic()
-    proc = subprocess.Popen(cmd, cwd=REPO)
+    proc = subprocess.Popen(cmd, cwd=ROOT)
     _, status, usage = os.wait4(proc.pid, 0)  # the child's own rusage, which Popen.wait drops
     wall = time.monotonic() - started
     proc.returncode = os.waitstatus_to_exitcode(status)  # reaped: Popen must not wait again

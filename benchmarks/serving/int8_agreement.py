@@ -1,8 +1,8 @@
 """How well each ONNX quantization agrees with PyTorch, and how fast it runs, on many classes
 with small margins (issue 39 item 7): Debian's fortunes (42 classes of short texts) and BBC.
 
-    .venv/bin/python benchmarks/int8_agreement.py train --corpus fortunes --work /tmp/fortunes
-    .venv/bin/python benchmarks/int8_agreement.py measure --work /tmp/fortunes [--docs 400]
+    .venv/bin/python benchmarks/serving/int8_agreement.py train --corpus fortunes --work /tmp/fortunes
+    .venv/bin/python benchmarks/serving/int8_agreement.py measure --work /tmp/fortunes [--docs 400]
 
 train: the corpus (fortunes: built from the Debian package `fortunes` + `fortunes-min`, one
 class per file of /usr/share/games/fortunes, texts split on lines holding only `%`; never
@@ -27,10 +27,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-from corpora import BBC, FORTUNES, fortunes_corpus  # noqa: E402,F401  (others import them from here)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: corpora, timing
+from timing import ROOT  # noqa: E402  (first: this checkout's textclf)
+from corpora import BBC, fortunes_corpus  # noqa: E402
 
 log = logging.getLogger("int8-agreement")
 

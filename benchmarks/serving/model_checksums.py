@@ -3,7 +3,7 @@ the check against the same load without it, in the same run, for the demo's mode
 default head, the demo's five classes) as PyTorch (models/model) and as the int8 export
 (models/export); and sha256 against md5 over the same files, which chose the hash.
 
-    .venv/bin/python benchmarks/model_checksums.py [--rounds 7] [--base]
+    .venv/bin/python benchmarks/serving/model_checksums.py [--rounds 7] [--base]
 
 The head's weights are random: a load's time does not depend on them. BBC trains the same
 encoder, so its folders are the demo's size. --base adds a BERT-base-sized model (random
@@ -19,21 +19,22 @@ import argparse
 import dataclasses
 import logging
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
 
-from textclf.config import load_params
-from textclf.inference import onnx_predictor
-from textclf.inference.onnx_predictor import OnnxPredictor
-from textclf.inference.predictor import Predictor
-from textclf.model import checksums, modeling
-from textclf.model.export import export_model
-from textclf.model.exported import EXPORT_FILE, TOKENIZER_FILE, read_export
-
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: corpora, timing
+from timing import ROOT  # noqa: E402  (first: this checkout's textclf)
+from textclf.config import load_params  # noqa: E402
+from textclf.inference import onnx_predictor  # noqa: E402
+from textclf.inference.onnx_predictor import OnnxPredictor  # noqa: E402
+from textclf.inference.predictor import Predictor  # noqa: E402
+from textclf.model import checksums, modeling  # noqa: E402
+from textclf.model.export import export_model  # noqa: E402
+from textclf.model.exported import EXPORT_FILE, TOKENIZER_FILE, read_export  # noqa: E402
 log = logging.getLogger("model_checksums")
 TEXT = "The central bank raised interest rates again to cool inflation."
 LABELS = sorted(p.name for p in (ROOT / "data" / "sample").iterdir() if p.is_dir())  # the demo's

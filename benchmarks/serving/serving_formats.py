@@ -3,9 +3,10 @@ torch pyfunc runs), ONNX float32, ONNX int8 (OnnxPredictor, what the ONNX pyfunc
 activation scales), the int8 shipped before issue 51 (ONNX Runtime's dynamic quantization, one
 scale per batch) and transformers.pipeline on the same model.
 
-    .venv/bin/python benchmarks/serving_formats.py speed [--model-dir models/model] [--docs 160] [--lengths 128 256]
-    .venv/bin/python benchmarks/serving_formats.py accuracy [--seeds 0 1 2 3 4] [--epochs 1]
-    .venv/bin/python benchmarks/serving_formats.py serve [--model-dir models/model] [--seconds 30]
+    .venv/bin/python benchmarks/serving/serving_formats.py speed [--model-dir models/model] [--docs 160]
+        [--lengths 128 256]
+    .venv/bin/python benchmarks/serving/serving_formats.py accuracy [--seeds 0 1 2 3 4] [--epochs 1]
+    .venv/bin/python benchmarks/serving/serving_formats.py serve [--model-dir models/model] [--seconds 30]
 
 speed: documents/s on BBC articles at batch 1 and 16, max_length --lengths, each contender
 in its own process with --threads threads, contenders alternating, the best of --repeats.
@@ -21,32 +22,26 @@ import argparse
 import json
 import logging
 import os
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-BBC = ROOT.parent / "shared" / "data" / "bbc"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: corpora, timing
+from timing import ROOT, answer, child, rotated  # noqa: E402  (first: this checkout's textclf)
+from corpora import BBC, sample_texts  # noqa: E402
+
 FORMATS = ("onnx", "onnx-int8")
 DYNAMIC = "int8 dynamic (before)"  # the int8 export of main before issue 51, for the cost of invariance
 log = logging.getLogger("serving-formats")
 
 
-def bbc_texts(n: int) -> list[str]:
-    files = sorted(BBC.glob("*/*.txt"))
-    step = max(1, len(files) // n)
-    return [f.read_text(encoding="utf-8", errors="replace") for f in files[::step][:n]]
-
-
-def child(spec: dict) -> dict:
+def contender(spec: dict) -> dict:
     """One contender, one setting, in this process -> {docs_per_s}."""
     import torch
     torch.set_num_threads(spec["threads"])
     os.environ["TEXTCLF_ONNX_THREADS"] = str(spec["threads"])
-    texts = bbc_texts(spec["docs"])
+    texts = sample_texts(spec["docs"])
     bs, ml = spec["batch_size"], spec["max_length"]
     if spec["contender"] == "pipeline":
         from transformers import pipeline
@@ -103,12 +98,13 @@ def speed(args) -> None:
             for bs in (1, 16):
                 best = {c: 0.0 for c in contenders}
                 for rep in range(args.repeats):
-                    for c in contenders[rep % len(contenders):] + contenders[:rep % len(contenders)]:
+                    for c in rotated(contenders, rep):
                         spec = {"contender": c, "model_dir": args.model_dir, "exports": exports, "batch_size": bs,
                                 "max_length": ml, "threads": args.threads, "docs": args.docs if bs > 1 else args.docs // 2}
-                        out = subprocess.run([sys.executable, __file__, "child", json.dumps(spec)],
-                                             capture_output=True, text=True, check=True)
-                        best[c] = max(best[c], json.loads(out.stdout.splitlines()[-1])["docs_per_s"])
+                        result = child(__file__, "child", json.dumps(spec))
+                        if result is None:
+                            sys.exit(f"{c} failed (its error above)")
+                        best[c] = max(best[c], result["docs_per_s"])
                 rows.append((ml, bs, best))
     print("| max_length | batch | " + " | ".join(f"{c} docs/s" for c in best)
           + " | int8 / pipeline | int8 / torch | before / pipeline | int8 / before |")
@@ -196,7 +192,7 @@ if __name__ == "__main__":
     logging.basicConfig(level=logging.WARNING)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     if sys.argv[1:2] == ["child"]:
-        print(json.dumps(child(json.loads(sys.argv[2]))))
+        answer(contender(json.loads(sys.argv[2])))
         sys.exit(0)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("mode", choices=["speed", "accuracy", "serve"])

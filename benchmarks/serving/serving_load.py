@@ -1,4 +1,4 @@
-"""`mlflow models serve` under load, per format (benchmarks/serving_formats.py serve): each
+"""`mlflow models serve` under load, per format (benchmarks/serving/serving_formats.py serve): each
 format's pyfunc logged into a temp store, served on 127.0.0.1 with 1 and 4 workers (threads
 per worker: the cores shared out), 8 concurrent clients each sending one short text per
 request for --seconds -> requests/s, p50 / p99 latency, errors."""

@@ -2,7 +2,7 @@
 with, and what it finds (docs/serving.md): each format of an export scores N texts in batches
 (OnnxPredictor, as served) and then one text per call, in the same run.
 
-    OMP_NUM_THREADS=1 TEXTCLF_ONNX_THREADS=1 .venv/bin/python benchmarks/single_calls.py \\
+    OMP_NUM_THREADS=1 TEXTCLF_ONNX_THREADS=1 .venv/bin/python benchmarks/serving/single_calls.py \\
         --export models/export --corpus bbc --docs 200
     ... --corpus fortunes --docs 2000 --batch-size 32
 
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import random
-import re
 import sys
 import tempfile
 import time
@@ -21,35 +20,30 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-FORTUNES = Path("/usr/share/games/fortunes")
-BBC = ROOT.parent / "shared" / "data" / "bbc"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: corpora, timing
+import timing  # noqa: E402,F401  puts this checkout's src/ first: its textclf, not an installed one
+from corpora import fortune_texts, sample_texts  # noqa: E402
 
 
 def texts_of(corpus: str) -> list[str]:
     if corpus == "bbc":
-        return [p.read_text(errors="replace") for p in sorted(BBC.glob("*/*.txt"))]
-    out = []
-    for path in sorted(FORTUNES.iterdir()):
-        if path.suffix not in (".dat", ".u8") and path.is_file() and not path.is_symlink():
-            out += [t.strip() for t in re.split(r"^%$", path.read_text(errors="replace"), flags=re.M) if t.strip()]
-    return out
+        return sample_texts()
+    return [t for texts in fortune_texts().values() for t in texts]
 
 
 def main() -> None:
-    from textclf.data.tokenizing import encode_texts
-    from textclf.inference.frames import SAME_ANSWER_ATOL
-    from textclf.inference.onnx_predictor import OnnxPredictor
-    from textclf.model.export import format_folder
-    from textclf.model.exported import read_export
-
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--export", required=True, help="an export folder (models/export)")
     parser.add_argument("--corpus", choices=("bbc", "fortunes"), default="bbc")
     parser.add_argument("--docs", type=int, default=200)
     parser.add_argument("--batch-size", type=int, default=16)
     args = parser.parse_args()
+    from textclf.data.tokenizing import encode_texts
+    from textclf.inference.frames import SAME_ANSWER_ATOL
+    from textclf.inference.onnx_predictor import OnnxPredictor
+    from textclf.model.export import format_folder
+    from textclf.model.exported import read_export
+
     texts = texts_of(args.corpus)
     random.Random(0).shuffle(texts)
     texts = texts[:args.docs]

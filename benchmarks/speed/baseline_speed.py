@@ -1,12 +1,12 @@
 """The TF-IDF baseline's cost (issue 50): the baseline before issue 50 against the project's, and
 the alternatives measured to choose it, in the same run.
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/baseline_speed.py [--corpora bbc fortunes synthetic]
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/speed/baseline_speed.py [--corpora bbc fortunes synthetic]
         [--candidates old new saga-df2 svc-df2 ...] [--labels]
 
 Three corpora, each split as the pipeline does: BBC (../shared/data/bbc; ingest's corpus and
 the stable split, default params), Debian's fortunes (42 classes, ~14 600 short texts; built by
-benchmarks/int8_agreement.py's `fortunes_corpus`) and `synthetic`, a seeded many-class corpus
+benchmarks/corpora.py) and `synthetic`, a seeded many-class corpus
 (20 000 documents, 57 classes of 7 to ~1 250 documents, ~90 words each, classes in families of
 three siblings that share most of their words, up to a tenth of the documents edited copies of a
 sibling's, grouped with it; split by the grouped stratified shuffle, as it has no ingest key).
@@ -21,9 +21,7 @@ macro-F1, and the ratios to `old`.
 from __future__ import annotations
 
 import argparse
-import json
 import resource
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,9 +30,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-BBC = ROOT.parent / "shared" / "data" / "bbc"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: corpora, timing
+from timing import answer, child  # noqa: E402  (first: this checkout's textclf)
+from corpora import BBC, fortunes_corpus  # noqa: E402
 
 # name -> (min_df, max_features, classifier): the measured alternatives (docs/benchmarks.md)
 CANDIDATES = {
@@ -114,7 +112,6 @@ def prepare(name: str, work: Path) -> Path:
     else:
         source = BBC
         if name == "fortunes":
-            from int8_agreement import fortunes_corpus
             source = fortunes_corpus(work / "fortunes", IngestParams().min_per_class)
         cfg = IngestParams()
         corpus = build_corpus(source, cfg.max_bytes, cfg.min_per_class, cfg.near_duplicates)[0]
@@ -142,8 +139,8 @@ def old_or_candidate(name: str, weights: str = "none"):
                                          max_features=cap), model)
 
 
-def child(data: str, name: str) -> None:
-    """Fit candidate `name` on data's train split, score its test split; print one JSON line."""
+def candidate_child(data: str, name: str) -> None:
+    """Fit candidate `name` on data's train split, score its test split; answer its figures."""
     from textclf.evaluate.metrics import classification_scores
 
     frame = pd.read_parquet(data)
@@ -163,8 +160,8 @@ def child(data: str, name: str) -> None:
     fit, cpu = time.perf_counter() - started, time.process_time() - cpu
     probs = model.predict_proba(test["text"].tolist())
     predicted = np.asarray(model.classes_)[probs.argmax(axis=1)]
-    print(json.dumps({"fit s": fit, "cpu s": cpu, "peak GiB": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
-                      "features": features, **classification_scores(test["label"], predicted)}))
+    answer({"fit s": fit, "cpu s": cpu, "peak GiB": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+            "features": features, **classification_scores(test["label"], predicted)})
 
 
 def labels_child(data: str) -> None:
@@ -181,17 +178,18 @@ def labels_child(data: str) -> None:
     probs = cross_fit(pa.chunked_array([pa.array(frame["text"].tolist())]), labels, sorted(set(labels)), fold,
                       BaselineParams(), "none")
     agree = float((np.asarray(sorted(set(labels)))[probs.argmax(axis=1)] == labels).mean())
-    print(json.dumps({"fit s": time.perf_counter() - started, "cpu s": time.process_time() - cpu,
-                      "folds": int(fold.max() + 1),
-                      "peak GiB": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
-                      "out-of-fold accuracy": agree}))
+    answer({"fit s": time.perf_counter() - started, "cpu s": time.process_time() - cpu,
+            "folds": int(fold.max() + 1),
+            "peak GiB": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+            "out-of-fold accuracy": agree})
 
 
 def run_child(*args: str) -> dict:
-    proc = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True)
-    if proc.returncode != 0:
-        sys.exit(f"{args} failed:\n{proc.stderr[-3000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    """This script's --child or --labels-child in a fresh process (its peak RSS its own)."""
+    result = child(__file__, *args)
+    if result is None:
+        sys.exit(f"{args} failed (its error above)")
+    return result
 
 
 def main() -> None:
@@ -203,10 +201,10 @@ def main() -> None:
     p.add_argument("--labels-child", metavar="DATA", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
-        return child(*args.child)
+        return candidate_child(*args.child)
     if args.labels_child:
         return labels_child(args.labels_child)
-    from throughput_helpers import table
+    from timing import table
 
     rows = []
     with tempfile.TemporaryDirectory(prefix="baseline_speed_") as tmp:

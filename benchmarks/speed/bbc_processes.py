@@ -1,7 +1,7 @@
 """Train on BBC with 1 and with N processes (same seed, same global batch) and print, per run:
 the training run's wall time (MLflow run start to end: model load, epochs, validation, saving),
 its speed-up over one process, and the test metrics.
-    .venv/bin/python benchmarks/bbc_processes.py [--processes 2] [--epochs 1] [-S key=value ...]
+    .venv/bin/python benchmarks/speed/bbc_processes.py [--processes 2] [--epochs 1] [-S key=value ...]
 Each run is a `dvc exp run --temp` with the recipe of benchmarks/bbc_headtail.preset, split seed 42."""
 import argparse
 import json
@@ -13,14 +13,16 @@ from pathlib import Path
 
 import mlflow
 
-from textclf.multiseed import read_preset
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: corpora, timing
+from timing import ROOT  # noqa: E402  (first: this checkout's textclf)
+from corpora import BBC  # noqa: E402
+from textclf.multiseed import read_preset  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
 log = logging.getLogger("bbc_processes")
 
 
 def run_exp(name: str, processes: int, epochs: int, extra: list[str]) -> None:
-    bbc = Path(os.environ.get("BBC", ROOT.parent / "shared" / "data" / "bbc")).resolve()
+    bbc = Path(os.environ.get("BBC", BBC)).resolve()
     overrides = [f"ingest.source={bbc}", *read_preset(str(ROOT / "benchmarks" / "bbc_headtail.preset")),
                  f"train.processes={processes}", f"train.epochs={epochs}", *extra]
     cmd = [str(ROOT / ".venv" / "bin" / "dvc"), "exp", "run", "--temp", "-n", name]

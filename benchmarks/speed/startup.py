@@ -1,6 +1,6 @@
 """Start-up cost of every stage, this checkout against an earlier commit, side by side:
 
-    .venv/bin/python benchmarks/startup.py --before 98abcf3 [--rounds 5] [--repro-rounds 2]
+    .venv/bin/python benchmarks/speed/startup.py --before 98abcf3 [--rounds 5] [--repro-rounds 2]
 
 1. start-up per stage: wall time from launching `python -c "import stages.<stage>"` to its
    exit, i.e. the interpreter plus every import the stage makes before its first line of work
@@ -24,7 +24,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: corpora, timing
+from timing import ROOT  # noqa: E402
+
 BIN = ROOT / ".venv" / "bin"
 STAGES = ("ingest", "tokenize", "split", "baseline", "train", "evaluate", "report")
 log = logging.getLogger("startup")

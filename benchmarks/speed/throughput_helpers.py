@@ -1,6 +1,6 @@
-"""Pure helpers of benchmarks/throughput.py (no torch, no model): document subsets,
-padding accounting, token-budget batches, training FLOPs / MFU, best-of runs, goals and
-the printed table. Unit-tested in tests/test_throughput_helpers.py."""
+"""Pure helpers of throughput.py (no torch, no model): document subsets, padding accounting,
+token-budget batches, training FLOPs / MFU (best-of runs, goals and the table are
+benchmarks/timing.py's). Unit-tested in tests/test_throughput_helpers.py."""
 from __future__ import annotations
 
 import numpy as np
@@ -69,39 +69,3 @@ def train_flops(n_params: int, lengths: list[int], layers: int, hidden: int) -> 
 def mfu(flops: float, seconds: float, peak: float = H100_BF16_PEAK) -> float:
     """Model FLOPs utilisation: useful FLOP/s over the accelerator's peak."""
     return flops / seconds / peak
-
-
-def best_run(runs: list[dict], key: str = "samples_per_s") -> dict:
-    """The fastest of repeated runs: noise on a shared machine only ever slows a run down."""
-    best = max(runs, key=lambda r: r[key])
-    return {**best, "all": [round(r[key], 2) for r in runs]}
-
-
-def rotated(items: list, shift: int) -> list:
-    """`items` starting at position `shift`: who runs first changes every repeat, so a
-    load change on the machine does not always hit the same contender."""
-    shift %= len(items)
-    return items[shift:] + items[:shift]
-
-
-def goal(name: str, value: float | None, target: float, extra_ok: bool = True, note: str = "",
-         at_most: bool = False) -> dict:
-    """One pass/fail line: value >= target (<= with at_most) and `extra_ok` (e.g. equal
-    loss); value None -> SKIP with the reason in `note`."""
-    bound = f"{'<=' if at_most else '>='} {target:g}"
-    if value is None:
-        return {"goal": name, "value": "n/a", "target": bound, "result": "SKIP", "note": note}
-    ok = (value <= target if at_most else value >= target) and extra_ok
-    return {"goal": name, "value": f"{value:.2f}", "target": bound,
-            "result": "PASS" if ok else "FAIL", "note": note}
-
-
-def table(rows: list[dict], columns: list[str]) -> str:
-    """Rows of dicts -> a Markdown table (floats: 3 decimals below 10, else 1)."""
-    def cell(v) -> str:
-        if isinstance(v, float):
-            return f"{v:.3f}" if abs(v) < 10 else f"{v:.1f}"
-        return str(v)
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(cell(r.get(c, "")) for c in columns) + " |" for r in rows]
-    return "\n".join(lines)

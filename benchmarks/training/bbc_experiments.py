@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from corpora import BBC
+from timing import ROOT
 
 
 def bbc_parser(doc: str | None, name: str, naming: str) -> argparse.ArgumentParser:
@@ -14,7 +14,7 @@ def bbc_parser(doc: str | None, name: str, naming: str) -> argparse.ArgumentPars
     parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1], help="split seeds (default 0 1)")
     parser.add_argument("--name", default=name, help=f"experiments are named {naming}")
-    parser.add_argument("--source", default=str(ROOT.parent / "shared" / "data" / "bbc"),
+    parser.add_argument("--source", default=str(BBC),
                         help="the BBC folder (a folder per class; read in place, never copied)")
     parser.add_argument("--preset", default=str(ROOT / "benchmarks" / "bbc.preset"),
                         help="key=value params applied first (default benchmarks/bbc.preset)")

@@ -2,10 +2,10 @@
 against head+tail at 128 and at 256, per split seed: test accuracy, macro-F1, training time and
 inference speed.
 
-    .venv/bin/python benchmarks/chunks.py                       # split seeds 0 1, all three
-    .venv/bin/python benchmarks/chunks.py --seeds 0 1 2 --jobs 1 -S tokenize.stride=64
-    .venv/bin/python benchmarks/chunks.py --summarize           # the table again, no new runs
-    .venv/bin/python benchmarks/chunks.py --dry-run             # the experiments it would queue
+    .venv/bin/python benchmarks/training/chunks.py                       # split seeds 0 1, all three
+    .venv/bin/python benchmarks/training/chunks.py --seeds 0 1 2 --jobs 1 -S tokenize.stride=64
+    .venv/bin/python benchmarks/training/chunks.py --summarize           # the table again, no new runs
+    .venv/bin/python benchmarks/training/chunks.py --dry-run             # the experiments it would queue
 
 Each (contender, seed) is a queued DVC experiment of the whole pipeline (`dvc exp run --queue`,
 then `dvc queue start`, as textclf.multiseed runs them) with the recipe of benchmarks/bbc.preset,
@@ -25,10 +25,9 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-import stages  # noqa: E402,F401  puts this checkout's src/ first: its textclf, not an installed one
-
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: corpora, timing
+import timing  # noqa: E402,F401  puts this checkout's src/ first: its textclf, not an installed one
+from corpora import sample_texts  # noqa: E402
 from bbc_experiments import bbc_parser, run_experiments  # noqa: E402
 from textclf.common import run_stage  # noqa: E402
 from textclf.multiseed import read_preset  # noqa: E402
@@ -65,13 +64,6 @@ def training_seconds(run_id: str) -> float:
 
     info = MlflowClient(tracking_uri()).get_run(run_id).info
     return (info.end_time - info.start_time) / 1000
-
-
-def sample_texts(source: Path, n: int) -> list[str]:
-    """n BBC texts spread over the corpus (every k-th file, sorted): the same for every contender."""
-    files = sorted(source.glob("*/*.txt"))  # the class folders' (not README.TXT)
-    step = max(1, len(files) // n)
-    return [f.read_text(encoding="utf-8", errors="replace") for f in files[::step][:n]]
 
 
 def inference(model_uri: str, texts: list[str], batch_size: int) -> dict:
@@ -141,7 +133,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     shown = run_experiments({name: overrides(contender, seed, base) for (contender, seed), name in exps.items()},
                             args.jobs, args.summarize)
-    texts = sample_texts(source, args.infer_docs)
+    texts = sample_texts(args.infer_docs, source)
     rows = [row(c, s, shown[name], inference(shown[name]["mlflow"]["model_uri"], texts, args.batch_size))
             for (c, s), name in exps.items()]
     log.info("BBC, split seeds %s, %d texts timed per contender, %d CPUs:\n%s",

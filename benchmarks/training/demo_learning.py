@@ -1,7 +1,7 @@
 """How far above chance the test suite's end-to-end run scores, over seeds: the evidence for
 the bar in tests/test_pipeline.py (`LEARNS`).
 
-    .venv/bin/python benchmarks/demo_learning.py [--epochs 2] [--split-seeds 0 1 2 3 4] [--train-seeds 42 1]
+    .venv/bin/python benchmarks/training/demo_learning.py [--epochs 2] [--split-seeds 0 1 2 3 4] [--train-seeds 42 1]
 
 The `reproduced` fixture's config (the packaged MiniLM on the demo corpus, max_length 64,
 --epochs epochs, the rest from params.yaml) through the real stages in a temp folder, once per
@@ -21,9 +21,8 @@ from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from stages import baseline, evaluate, export, ingest, split, tokenize, train  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: corpora, timing
+from timing import ROOT  # noqa: E402  (first: this checkout's textclf)
 
 log = logging.getLogger("demo-learning")
 
@@ -40,6 +39,8 @@ def params_for(work: Path, split_seed: int, train_seed: int, epochs: int) -> lis
 
 
 def one_run(work: Path, split_seed: int, train_seed: int, epochs: int) -> dict:
+    from stages import baseline, evaluate, export, ingest, split, tokenize, train  # here: --help needs no torch
+
     """The pipeline up to evaluate in `work` -> {'val': best validation accuracy, 'test': test accuracy}."""
     p = params_for(work, split_seed, train_seed, epochs)
     os.chdir(work)

@@ -1,8 +1,8 @@
 """Issue 42's few-shot figures: BBC with K training documents per class, few-shot (train.method
 setfit) against plain fine-tuning (params.yaml's recipe) and the TF-IDF baseline.
 
-    .venv/bin/python benchmarks/few_shot.py --sizes 16 --seeds 0 1 2 3 4 --work /tmp/fewshot
-    .venv/bin/python benchmarks/few_shot.py --sizes 8 16 32 64 --seeds 0 1 2 3 4 --work /tmp/fewshot
+    .venv/bin/python benchmarks/training/few_shot.py --sizes 16 --seeds 0 1 2 3 4 --work /tmp/fewshot
+    .venv/bin/python benchmarks/training/few_shot.py --sizes 8 16 32 64 --seeds 0 1 2 3 4 --work /tmp/fewshot
 
 The real stages (`python -m stages.<name>`, each a fresh process) in --work: ingest, tokenize
 (max_length 128 unless --set says otherwise) and split (split.seed 42) once, so validation and
@@ -33,10 +33,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks"), str(ROOT / "src")]
-from calibration import base_params, stage, write_if_changed  # noqa: E402  (the same stage runner)
-from throughput_helpers import table  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: corpora, timing
+from timing import params_for, stage, table, write_if_changed  # noqa: E402  (first: this checkout's textclf)
+from corpora import BBC  # noqa: E402
 
 log = logging.getLogger("few-shot-bench")
 CONTENDERS = {  # name -> its params over the base, per section
@@ -75,11 +74,10 @@ def train_contender(work: Path, folder: Path, name: str, params: dict) -> float 
     merged = {s: {**params[s], **CONTENDERS[name].get(s, {})} for s in params}
     if not write_if_changed(d / "params.yaml", merged) and (d / "model" / "params.json").is_file():
         return None
-    start = time.perf_counter()
-    stage("train", work, str(d / "params.yaml"), "--tokens", "t.parquet", "--splits", str(folder / "sp.parquet"),
-          "--model-dir", str(d / "model"), "--curve", str(d / "curve.csv"), "--guards", str(d / "guards.json"),
-          "--movement", str(d / "mv.csv"), "--run-file", str(d / "run.json"), "--checkpoint-dir", str(d / "ckpt"))
-    return time.perf_counter() - start
+    return stage("train", work, "--tokens", "t.parquet", "--splits", str(folder / "sp.parquet"),
+                 "--model-dir", str(d / "model"), "--curve", str(d / "curve.csv"), "--guards", str(d / "guards.json"),
+                 "--movement", str(d / "mv.csv"), "--run-file", str(d / "run.json"), "--checkpoint-dir",
+                 str(d / "ckpt"), params=d / "params.yaml")[0]
 
 
 def measure(work: Path, k: int, seed: int, params: dict, test: pd.DataFrame) -> dict:
@@ -90,7 +88,7 @@ def measure(work: Path, k: int, seed: int, params: dict, test: pd.DataFrame) -> 
     folder = subsample(work, k, seed)
     out = {}
     start = time.perf_counter()
-    stage("baseline", work, "params.yaml", "--corpus", "c.parquet", "--splits", str(folder / "sp.parquet"),
+    stage("baseline", work, "--corpus", "c.parquet", "--splits", str(folder / "sp.parquet"),
           "--out", str(folder / "b.json"), "--predictions", str(folder / "bp.parquet"))
     base = pd.read_parquet(folder / "bp.parquet").set_index("doc_id").loc[test["doc_id"]]
     out["tfidf"] = {"predicted": base["predicted"].tolist(), "seconds": time.perf_counter() - start}
@@ -148,12 +146,12 @@ def main() -> None:
     work = Path(args.work).resolve()
     work.mkdir(parents=True, exist_ok=True)
     os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{work / 'mlflow.db'}"
-    params = base_params(work, "bbc", ["tokenize.max_length=128", *args.set])
+    params = params_for(BBC, ["tokenize.max_length=128", *args.set])
     if write_if_changed(work / "params.yaml", params) or not (work / "sp.parquet").is_file():
-        stage("ingest", work, "params.yaml", "--corpus", "c.parquet", "--report", "r.json")
-        stage("tokenize", work, "params.yaml", "--corpus", "c.parquet", "--tokens", "t.parquet",
+        stage("ingest", work, "--corpus", "c.parquet", "--report", "r.json")
+        stage("tokenize", work, "--corpus", "c.parquet", "--tokens", "t.parquet",
               "--stats", "s.json", "--histogram", "h.csv")
-        stage("split", work, "params.yaml", "--corpus", "c.parquet", "--splits", "sp.parquet", "--counts", "n.json")
+        stage("split", work, "--corpus", "c.parquet", "--splits", "sp.parquet", "--counts", "n.json")
     test = test_texts(work)
     result, means, tests = {}, [], []
     for k in args.sizes:

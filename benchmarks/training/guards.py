@@ -2,16 +2,17 @@
 the real stages (ingest, tokenize, split, train) and print a confusion table: alarms on
 healthy runs, misses on broken ones.
 
-    .venv/bin/python benchmarks/guards.py                 # the full run (README: Guard benchmark)
-    .venv/bin/python benchmarks/guards.py --small         # 1 healthy + 3 broken, 2 epochs at 64 tokens
-    .venv/bin/python benchmarks/guards.py --bbc           # also real BBC, balanced and with 2 rare classes
+    .venv/bin/python benchmarks/training/guards.py                 # the full run (README: Guard benchmark)
+    .venv/bin/python benchmarks/training/guards.py --small         # 1 healthy + 3 broken, 2 epochs at 64 tokens
+    .venv/bin/python benchmarks/training/guards.py --bbc           # also real BBC, balanced and with 2 rare classes
 
 Healthy: the three heads x seeds 1 and 2 on the demo corpus, and a 46-document corpus of three
 classes named `C++`, `a b` and `Ünïcode`, made from the demo corpus. Broken: a random encoder
 (model.init: config), plain Adam at a constant lr 1e-3 with no warmup or clipping (the seed's
 optimiser), and a TextCNN whose optimizer holds only the head. With --bbc, the silent_class
 guard's two cases (benchmarks/bbc_headtail.preset at 64 tokens): BBC as it is, where it must stay quiet,
-and BBC with tech and entertainment cut to 20 documents (benchmarks/imbalance.py), where it
+and BBC with tech and entertainment cut to 20 documents (benchmarks/corpora.py's bbc_rare, as
+benchmarks/labels/imbalance.py cuts them), where it
 warns if the model never recalls one of them. An alarm is a guard that fails
 (`fail`, `collapsed`) or stops the stage; `warn` and `recovered` are warnings.
 """
@@ -31,12 +32,10 @@ from unittest import mock
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from benchmarks import imbalance  # noqa: E402
-from stages import ingest, split, tokenize, train  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: corpora, timing
+from timing import ROOT  # noqa: E402  (first: this checkout's textclf)
+from corpora import bbc_rare  # noqa: E402
 from textclf.severity import ALARM, with_severity  # noqa: E402
-from textclf.train import run as train_run  # noqa: E402
 
 log = logging.getLogger("guards-benchmark")
 SMALL_CLASSES = {"business": "C++", "politics": "a b", "tech": "Ünïcode"}
@@ -95,7 +94,7 @@ def corpus_for(case: Case, dst: Path) -> Path:
     if case.corpus == "small3":
         return small_corpus(dst)
     if case.corpus in ("bbc", "bbc-rare"):
-        return imbalance.corpus(dst, 20 if case.corpus == "bbc-rare" else None)
+        return bbc_rare(dst, 20 if case.corpus == "bbc-rare" else None)
     return ROOT / "data" / "sample"
 
 
@@ -110,6 +109,8 @@ def write_params(path: Path, sections: dict) -> Path:
 @contextlib.contextmanager
 def head_only_optimizer():
     """The seed's TextCNN mistake: the optimizer is built from the head's parameters alone."""
+    from textclf.train import run as train_run  # here: --help needs no torch
+
     groups = train_run.param_groups
     with mock.patch.object(train_run, "param_groups",
                            lambda model, cfg: [g for g in groups(model, cfg) if g["name"].startswith("head")]):
@@ -118,6 +119,8 @@ def head_only_optimizer():
 
 def run_case(case: Case, work: Path, base: dict) -> dict:
     """Ingest, tokenize, split and train in `work` -> {"guards": {name: status}, "error": str | None}."""
+    from stages import ingest, split, tokenize, train  # here: --help needs no torch
+
     work.mkdir(parents=True)
     source = corpus_for(case, work / "corpus")
     sections = {s: {**base.get(s, {}), **case.params.get(s, {})} for s in {*base, *case.params}}

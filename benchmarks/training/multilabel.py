@@ -3,9 +3,9 @@ articles of two different classes joined into one document, labelled with both, 
 articles with their class), fine-tuned through the whole pipeline per split seed, with the
 one-vs-rest TF-IDF baseline beside it on the same test documents.
 
-    .venv/bin/python benchmarks/multilabel.py                   # split seeds 0 1
-    .venv/bin/python benchmarks/multilabel.py --seeds 0 1 2 3 4
-    .venv/bin/python benchmarks/multilabel.py --summarize       # the table again, no new runs
+    .venv/bin/python benchmarks/training/multilabel.py                   # split seeds 0 1
+    .venv/bin/python benchmarks/training/multilabel.py --seeds 0 1 2 3 4
+    .venv/bin/python benchmarks/training/multilabel.py --summarize       # the table again, no new runs
 
 Every article is used once (in a pair or alone), so no text reaches two splits through two
 documents. The table is written outside the repository (--table, default under /tmp): BBC is
@@ -24,10 +24,8 @@ import statistics
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-import stages  # noqa: E402,F401  puts this checkout's src/ first: its textclf, not an installed one
-
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: corpora, timing
+from timing import ROOT  # noqa: E402  (first: this checkout's textclf, not an installed one)
 from bbc_experiments import bbc_parser, run_experiments  # noqa: E402
 from textclf.common import run_stage  # noqa: E402
 from textclf.multiseed import read_preset  # noqa: E402
