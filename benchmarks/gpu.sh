@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GPU check (issue 5), one script for a CUDA machine with the project installed:
-#   bash benchmarks/gpu.sh bench [throughput.py flags]  # bert-base-sized random weights, bf16:
+#   bash benchmarks/gpu.sh bench [speed/throughput.py flags]  # bert-base-sized random weights, bf16:
 #                                     # samples/s and MFU (e.g. --gpu-variants ours ours-batch128)
 #   bash benchmarks/gpu.sh pipeline   # wall time of a full BBC `dvc repro` with the packaged MiniLM
 #   bash benchmarks/gpu.sh all
@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/gpu-check}"
 BBC="$(realpath -m "${BBC:-../shared/data/bbc}")"
 mkdir -p "$OUT"
-export HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/src:$PWD/benchmarks:${PYTHONPATH:-}"
+export HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/src:${PYTHONPATH:-}"
 PY="$(command -v python || command -v python3)"
 
 setup() {
