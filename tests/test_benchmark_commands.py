@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from conftest import REPO
 
 COMMAND = re.compile(r"\b(?:python3?|bash)\s+(benchmarks/[\w/]+\.(?:py|sh))\b")
+LINK = re.compile(r"\]\(([^)\s:]*benchmarks[^)\s]*)\)")  # a relative link into the benchmark pages or folders
 SHARED = {"corpora.py", "timing.py"}
 
 
@@ -57,3 +58,23 @@ def test_every_benchmark_folder_has_a_readme_naming_each_of_its_scripts():
         readme = (folder / "README.md").read_text()
         for script in folder.glob("*.[ps][yh]"):
             assert script.name in readme, f"{folder.name}/README.md does not name {script.name}"
+
+
+def anchors(page) -> set[str]:
+    """The heading anchors of a Markdown page, as GitHub makes them (code blocks left out)."""
+    text = re.sub(r"```.*?```", "", page.read_text(), flags=re.DOTALL)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
+            for h in re.findall(r"^#{1,6} (.+)$", text, flags=re.M)}
+
+
+def test_every_link_into_the_benchmark_pages_resolves_anchors_too():
+    """docs/benchmarks.md became an index of a page per area (issue 62): a link to a section
+    that moved names its new page."""
+    broken = []
+    for page in pages():
+        for target in LINK.findall(page.read_text()):
+            path, _, anchor = target.partition("#")
+            dest = (page.parent / path).resolve()
+            if not dest.exists() or (anchor and anchor not in anchors(dest)):
+                broken.append(f"{page.relative_to(REPO)}: {target}")
+    assert not broken, broken
