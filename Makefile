@@ -43,7 +43,7 @@ test-all: $(STAMP)
 	$(PYTEST) $(PYTEST_ARGS)
 
 bench: $(STAMP)
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python benchmarks/throughput.py --levers $(BENCH_ARGS)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python benchmarks/speed/throughput.py --levers $(BENCH_ARGS)
 
 server: $(STAMP)
 	bash scripts/server.sh start

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GPU check (issue 5), one script for a CUDA machine with the project installed:
-#   bash benchmarks/gpu.sh bench [throughput.py flags]  # bert-base-sized random weights, bf16:
+#   bash benchmarks/gpu.sh bench [speed/throughput.py flags]  # bert-base-sized random weights, bf16:
 #                                     # samples/s and MFU (e.g. --gpu-variants ours ours-batch128)
 #   bash benchmarks/gpu.sh pipeline   # wall time of a full BBC `dvc repro` with the packaged MiniLM
 #   bash benchmarks/gpu.sh all
@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/gpu-check}"
 BBC="$(realpath -m "${BBC:-../shared/data/bbc}")"
 mkdir -p "$OUT"
-export HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/src:$PWD/benchmarks:${PYTHONPATH:-}"
+export HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/src:${PYTHONPATH:-}"
 PY="$(command -v python || command -v python3)"
 
 setup() {
@@ -43,7 +43,7 @@ transformers.__version__, torch.cuda.get_device_name(0))'
 }
 
 bench() {
-  "$PY" benchmarks/throughput.py --gpu-bench --bbc "$BBC" --max-lengths 512 --repeats 2 "$@" \
+  "$PY" benchmarks/speed/throughput.py --gpu-bench --bbc "$BBC" --max-lengths 512 --repeats 2 "$@" \
     2>&1 | tee "$OUT/gpu_bench.log"
 }
 
@@ -53,7 +53,7 @@ pipeline() {
     commit -qm "gpu check" ; } || dvc config --local core.no_scm true
   "$PY" - "$BBC" <<'EOF'
 import sys, yaml
-p = yaml.safe_load(open("params.yaml"))  # the settings of benchmarks/bbc_accuracy.sh
+p = yaml.safe_load(open("params.yaml"))  # the settings of benchmarks/training/bbc_accuracy.sh
 p["ingest"]["source"] = sys.argv[1]
 p["tokenize"].update(max_length=256, truncation="head")
 p["train"].update(epochs=3, batch_size=16, lr_encoder=1.0e-4)

@@ -49,7 +49,7 @@ def test_baseline_stage_writes_per_document_predictions(prepared):
 @pytest.mark.skipif(not BBC.is_dir(), reason=f"BBC corpus not found at {BBC}")
 def test_hashed_sgd_baseline_is_as_strong_on_bbc_and_seeded():
     """The large-corpus baseline (hashed n-grams + SGD, streamed in batches), forced onto
-    BBC: within a point of TF-IDF + LR on one split (benchmarks/baseline_seeds.py --hashing
+    BBC: within a point of TF-IDF + LR on one split (benchmarks/data/baseline_seeds.py --hashing
     measures the mean over five), and the same probabilities on a rerun."""
     import numpy as np
     import pyarrow as pa

@@ -1,4 +1,4 @@
-"""benchmarks/guards.py: its small version (the suite runs it; the full one is in the README)
+"""benchmarks/training/guards.py: its small version (the suite runs it; the full one is in the README)
 and the issue's 3-class corpus ending `recovered`. Real stages, real packaged MiniLM."""
 import json
 import sys
@@ -7,7 +7,7 @@ import pytest
 
 from conftest import REPO
 
-sys.path.insert(0, str(REPO / "benchmarks"))
+sys.path.insert(0, str(REPO / "benchmarks" / "training"))
 import guards as guard_benchmark  # noqa: E402
 
 

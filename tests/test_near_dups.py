@@ -257,7 +257,7 @@ def test_ingest_report_lists_groups_and_pairs(tmp_path):
     assert by_path.loc["a/2.txt", "group"] == by_path.loc["a/1.txt", "doc_id"]  # the first one's id
 
 
-@pytest.mark.parametrize("script", ["ingest_scale.py", "baseline_seeds.py", "minhash_libraries.py"])
+@pytest.mark.parametrize("script", ["scale/ingest_scale.py", "data/baseline_seeds.py", "data/minhash_libraries.py"])
 def test_benchmark_scripts_compile(script):
     """The benchmarks never run here, so at least their scripts must parse."""
     path = REPO / "benchmarks" / script
@@ -265,7 +265,7 @@ def test_benchmark_scripts_compile(script):
 
 
 def test_ingest_scale_family_check_catches_a_split_family(monkeypatch):
-    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks" / "scale"))
     from ingest_scale import family_check
     bbc_groups = pd.Series({"a/1.txt": "g1", "a/2.txt": "g1", "a/3.txt": "g3"})
     paths = [f"a/{n}_v{k:02d}.txt" for n in (1, 2, 3) for k in (1, 2)]

@@ -42,7 +42,7 @@ def run_block(repo, block: str, env: dict | None = None) -> subprocess.Completed
                           env={**os.environ, **GIT_ENV, "PATH": READER_PATH, **(env or {})}, timeout=900)
 
 
-PAGES = ["README.md", *sorted(p.name for p in (REPO / "docs").glob("*.md"))]
+PAGES = ["README.md", *sorted(p.relative_to(REPO / "docs").as_posix() for p in (REPO / "docs").rglob("*.md"))]
 
 
 @pytest.mark.parametrize("page", PAGES)

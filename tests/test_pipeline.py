@@ -86,7 +86,7 @@ def test_dvc_repro_end_to_end(reproduced, tmp_path):
 def test_the_demo_model_learns(reproduced):
     """The packaged MiniLM fine-tuned on the demo corpus (3 epochs at 64 tokens) is far above
     chance (20 %) on its validation and test splits. The bar comes from repeated runs
-    (`benchmarks/demo_learning.py --epochs 3`, README: Tests)."""
+    (`benchmarks/training/demo_learning.py --epochs 3`, README: Tests)."""
     repo, _ = reproduced
     metrics = json.loads((repo / "reports/metrics.json").read_text())
     curve = pd.read_csv(repo / "reports/train_curve.csv")

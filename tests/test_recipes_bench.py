@@ -1,6 +1,6 @@
 """benchmarks/corpora.py's `packages` corpus (issue 59's fourth corpus, the venv's third-party
 docstrings, never committed) has many imbalanced classes and builds the same every time; and
-benchmarks/recipes.py, which trains on it, answers --help. A slice (each package's first 5 files
+benchmarks/recipes/recipes.py, which trains on it, answers --help. A slice (each package's first 5 files
 in their fixed order) keeps it fast; the full corpus is ~18 500 documents in ~180 classes."""
 import hashlib
 import subprocess
@@ -33,7 +33,8 @@ def test_the_packages_corpus_has_many_imbalanced_classes_and_builds_the_same(tmp
 
 
 def test_the_recipes_benchmark_and_the_corpora_answer_help():
-    for script, says in (("recipes.py", "lpft-1epoch"), ("corpora.py", "packages"), ("recipes_plot.py", "baseline")):
+    for script, says in (("recipes/recipes.py", "lpft-1epoch"), ("corpora.py", "packages"),
+                         ("recipes/recipes_plot.py", "baseline")):
         proc = subprocess.run([sys.executable, f"benchmarks/{script}", "--help"], cwd=REPO, capture_output=True,
                               text=True, timeout=60)
         assert proc.returncode == 0 and "usage:" in proc.stdout and says in proc.stdout, proc.stderr

@@ -1,13 +1,16 @@
-"""Helpers and options of benchmarks/throughput.py (the benchmark itself never runs in the suite)."""
+"""Helpers and options of benchmarks/speed/throughput.py (the benchmark itself never runs in the suite)."""
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from benchmarks.throughput_helpers import (best_run, chunks, goal, mfu, padding_of, pick_documents,
-                                           rotated, table, token_budget_batches, train_flops)
+from conftest import REPO
 from textclf.config import EvaluateParams
+
+sys.path[:0] = [str(REPO / "benchmarks" / "speed"), str(REPO / "benchmarks")]  # as the scripts run
+import throughput  # noqa: E402
+from throughput_helpers import chunks, mfu, padding_of, pick_documents, token_budget_batches, train_flops  # noqa: E402
+from timing import best_run, goal, rotated, table  # noqa: E402
 
 
 def test_pick_documents_is_seeded_distinct_and_sorted():
@@ -73,20 +76,15 @@ def test_table_is_markdown():
     assert text.splitlines() == ["| a | b |", "|---|---|", "| 1 | 2.346 |", "| 10 | 123.5 |"]
 
 
-@pytest.mark.parametrize("script", ["benchmarks/throughput.py", "benchmarks/throughput_child.py"])
+@pytest.mark.parametrize("script", ["benchmarks/speed/throughput.py", "benchmarks/speed/throughput_child.py"])
 def test_benchmark_scripts_compile(script):
     """The benchmark never runs here, so at least its scripts must parse."""
-    source = Path(script).read_text()
+    source = (REPO / script).read_text()
     compile(source, script, "exec")  # raises SyntaxError / IndentationError
 
 
 def test_gpu_variants_and_levers_are_valid_choices():
-    sys.path.insert(0, "benchmarks")
-    try:
-        from benchmarks import throughput
-        args = throughput.parse_args(["--gpu-bench", "--gpu-variants", "ours", "ours-batch128"])
-    finally:
-        sys.path.remove("benchmarks")
+    args = throughput.parse_args(["--gpu-bench", "--gpu-variants", "ours", "ours-batch128"])
     assert args.gpu_variants == ["ours", "ours-batch128"]
     assert set(throughput.parse_args([]).gpu_variants) <= set(throughput.GPU_VARIANTS)
     assert throughput.parse_args([]).infer_batch == EvaluateParams().batch_size
