@@ -1,10 +1,10 @@
 """Fine-tuning recipes measured against training CPU-minutes (issue 59): per corpus, each recipe's
 test accuracy and macro-F1 beside the TF-IDF baseline's and a validation-weighted blend of the two.
 
-    OMP_NUM_THREADS=2 .venv/bin/python benchmarks/recipes.py --corpora fortunes packages --plot docs/recipes.png
-    .venv/bin/python benchmarks/recipes.py --corpora bbc --fraction 0.05 --recipes 1epoch \\
+    OMP_NUM_THREADS=2 .venv/bin/python benchmarks/recipes/recipes.py --corpora fortunes packages --plot docs/recipes.png
+    .venv/bin/python benchmarks/recipes/recipes.py --corpora bbc --fraction 0.05 --recipes 1epoch \\
         --set train.max_steps=5 --set tokenize.max_length=64 --work /tmp/recipes   # a smoke run
-    .venv/bin/python benchmarks/recipes.py --plot-only --plot docs/recipes.png       # redraw from --out
+    .venv/bin/python benchmarks/recipes/recipes.py --plot-only --plot docs/recipes.png       # redraw from --out
 
 Per corpus (benchmarks/corpora.py; --fraction defaults to FRACTION's, each class's first
 ceil(F n) documents), ingest, tokenize, split and baseline run once in --work/<corpus> on

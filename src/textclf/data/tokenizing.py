@@ -22,7 +22,7 @@ class RustTokenizer:
     """A model's tokenizer.json run by the `tokenizers` library alone, called like a
     transformers tokenizer for what tokenize_texts needs. transformers' fast tokenizers wrap
     the same object, so the ids are the same (tested), but importing transformers pulls in
-    torch: about 5 s of the tokenize stage's start-up against 0.1 s (benchmarks/startup.py)."""
+    torch: about 5 s of the tokenize stage's start-up against 0.1 s (benchmarks/speed/startup.py)."""
 
     def __init__(self, path: str | Path):
         from tokenizers import Tokenizer

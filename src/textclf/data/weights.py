@@ -6,10 +6,10 @@ import numpy as np
 
 CLASS_WEIGHTS = ("none", "balanced", "auto")
 # auto: balanced from this ratio of the largest training class to the smallest, none below it.
-# On BBC with two classes cut (benchmarks/class_weight_ratio.py, docs/heads_and_guards.md),
+# On BBC with two classes cut (benchmarks/labels/class_weight_ratio.py, docs/heads_and_guards.md),
 # balanced raised the baseline's macro-F1 in every seed from a ratio of 3, and moved it both
 # ways at 2; BBC itself is 1.3 and the demo 1.0 (their models stay as they were), fortunes 53 (a 30 %
-# cut), the standard library's docstrings 130 (benchmarks/many_class.py)
+# cut), the standard library's docstrings 130 (benchmarks/recipes/many_class.py)
 AUTO_RATIO = 3.0
 
 

@@ -235,7 +235,7 @@ def predict_test(corpus: str, splits: pd.DataFrame, cfg: BaselineParams,
 
 def fit_and_score(train_texts: list[str], train_y: list[str], test_texts: list[str],
                   test_y: list[str], cfg: BaselineParams) -> dict[str, float]:
-    """Test accuracy and macro-F1 alone (benchmarks/ingest_scale.py)."""
+    """Test accuracy and macro-F1 alone (benchmarks/scale/ingest_scale.py)."""
     classes, probs = fit_and_predict(train_texts, train_y, test_texts, cfg)
     return classification_scores(test_y, [classes[i] for i in probs.argmax(axis=1)])
 

@@ -16,7 +16,7 @@ from textclf.model.exported import EXPORT_FILE
 log = logging.getLogger(__name__)
 CHECKSUM_FILE = "checksums.json"
 # sha256 rather than md5: hashlib's sha256 runs on the CPU's SHA instructions, 2.4 times md5's
-# speed here (docs/benchmarks.md#model-checksums-2026-12-03); the threat is damage, not forgery
+# speed here (docs/benchmarks/serving.md#model-checksums-2026-12-03); the threat is damage, not forgery
 ALGORITHM = "sha256"
 _unverified: set[str] = set()  # folders without checksums already warned about (once per process)
 # What model loaders read by name (transformers' config and tokenizer files, safetensors
