@@ -3,6 +3,8 @@ as the fitted one, the export serves the blend only where it scores better on va
 blended model answers the same text the same way through every path. Plumbing on the tiny random
 BERT (a weak model the demo's baseline beats: the blend is served), and the weight's rule on
 numbers made for it."""
+import importlib
+import importlib.metadata
 import json
 
 import mlflow
@@ -11,6 +13,7 @@ import pandas as pd
 import pytest
 
 from conftest import BBC, run_baseline, run_evaluate, run_train, write_params
+from test_serving import requirement_pins, third_party_imports
 from textclf.config import BaselineParams
 from textclf.evaluate.baseline import fit_baseline
 from textclf.evaluate.blend import fit_blend
@@ -79,6 +82,11 @@ def test_a_blended_export_answers_one_way_through_every_path(prepared):
     pd.testing.assert_frame_equal(logged, folder.predict(ANSWERED))
     registered = load_predictor(f"models:/textclf/{metrics['registry']['version']}")
     pd.testing.assert_frame_equal(registered.predict(ANSWERED), folder.predict(ANSWERED))
+    pins = {n.lower() for n in requirement_pins(metrics["serving"]["model_uri"], tmp / "pins")}
+    owners = importlib.metadata.packages_distributions()  # what the blend's own modules import is pinned
+    for module in ("textclf.inference.blend", "textclf.model.linear_text"):
+        for name in third_party_imports(importlib.import_module(module)):
+            assert {d.lower() for d in owners[name]} & pins, (module, name, pins)
 
     write_params(tmp / "params.yaml", serve={"blend": "off"})
     run_evaluate(p, metrics="off.json")
