@@ -33,8 +33,9 @@ def fit(probs: np.ndarray, y: np.ndarray) -> Calibration:
     y = np.asarray(y)
     if (probs.argmax(axis=1) == y).all():
         # every document right: the NLL falls as T -> 0 with no minimum, and the fit would make
-        # every probability 1 on the evidence of a few documents
-        log.warning("every one of the %d validation documents is predicted right, so no temperature can be "
+        # every probability 1 on the evidence of a few documents. INFO: a model right on all of
+        # validation is healthy, and a healthy run says nothing alarming (issue 60)
+        log.info("every one of the %d validation documents is predicted right, so no temperature can be "
                     "fitted (it would make every probability 1): the raw softmax is kept (temperature 1); "
                     "the prediction sets are cut from it", len(y))
         t = 1.0
