@@ -148,6 +148,11 @@ def test_a_champion_whose_silent_class_guard_warned_is_named_so(tmp_path, caplog
     assert [r.levelname for r in caplog.records if named in r.getMessage()] == ["WARNING"]
     assert decision["history"][-1]["why"].startswith("test macro-F1 0.9000: the best")
     assert "silent_class warned" in decision["history"][-1]["why"]
+    blended = version_tags({"accuracy": 0.7, "macro_f1": 0.6, "gap": {"accuracy": -0.1}, "guards": {},
+                            "baseline": {"accuracy": 0.8}, "blend": {"accuracy": 0.85, "macro_f1": 0.75}},
+                           split, "abc", None)  # a blended export: the version serves the blend
+    assert (blended["test_macro_f1"], blended["test_accuracy"], blended["gap_accuracy"]) == \
+        ("0.750000", "0.850000", "+0.050000")
     version = MlflowClient(new["tracking_uri"]).get_model_version("m", "2")
     assert json.loads(version.tags["silent_classes"]) == silent
 

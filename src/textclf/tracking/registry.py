@@ -78,10 +78,14 @@ def best_version(versions: list[dict], test_split: str) -> dict | None:
 
 
 def version_tags(metrics: dict, test_split: str, commit: str, exp_name: str | None) -> dict[str, str]:
-    """What a version carries: commit, experiment, test split, scores and every guard."""
+    """What a version carries: commit, experiment, test split, scores and every guard. The
+    scores are the served model's: a blended export's are the blend's (serve.blend), so the gate
+    ranks what each version answers."""
+    served = metrics.get("blend") or metrics
+    gap = served["accuracy"] - metrics["baseline"]["accuracy"] if "blend" in metrics else metrics["gap"]["accuracy"]
     tags = {"git_commit": commit, SPLIT_TAG: test_split,
-            "test_accuracy": f"{metrics['accuracy']:.6f}", "test_macro_f1": f"{metrics['macro_f1']:.6f}",
-            "gap_accuracy": f"{metrics['gap']['accuracy']:+.6f}",
+            "test_accuracy": f"{served['accuracy']:.6f}", "test_macro_f1": f"{served['macro_f1']:.6f}",
+            "gap_accuracy": f"{gap:+.6f}",
             **{f"guard.{k}": v for k, v in metrics["guards"].items()}}
     if exp_name:
         tags["dvc.exp_name"] = exp_name
