@@ -50,7 +50,9 @@ def test_the_first_line_says_when_the_served_model_is_below_its_baseline():
     assert to_markdown(headline(metrics(0.05))).strip().startswith("**Test accuracy")
     served = {**below, "blend": {"weight": 0.4, "accuracy": 0.99, "macro_f1": 0.99,
                                  "comparison": {**below["comparison"], "verdict": "better"}}}
-    assert to_markdown(headline(served)).strip().startswith("**Test accuracy")  # the blend it serves is above
+    text = to_markdown(headline(served)).strip()
+    assert text.startswith("**Test accuracy")  # the blend it serves is above the baseline: no alert
+    assert "**Served: the blend** 0.4 × model + 0.6 × baseline" in text and "macro-F1 0.9900" in text
     served["blend"]["macro_f1"] = 0.90
     assert "below its TF-IDF baseline (macro-F1 -0.0400)" in to_markdown(headline(served)).strip().splitlines()[0]
 

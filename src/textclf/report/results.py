@@ -103,12 +103,6 @@ def baseline_section(metrics: dict) -> list[Block]:
     if several:
         blocks.insert(2, Para("Several labels per document: a document is right when its whole label "
                               "set is; per label, the share of its documents each system gives it."))
-    if metrics.get("blend"):  # what the export serves (serve.blend): its own paired verdict
-        b = metrics["blend"]
-        blocks.append(Para(f"**Served: the blend** {b['weight']:.1f} x model + {1 - b['weight']:.1f} x baseline "
-                           f"(`serve.blend`, chosen on validation): accuracy {b['accuracy']:.4f}, macro-F1 "
-                           f"{b['macro_f1']:.4f}; against the baseline {b['comparison']['difference']:+.4f}, "
-                           f"McNemar p = {b['comparison']['mcnemar_p']:.3g}: **{b['comparison']['verdict']}**."))
     if metrics.get("ensemble"):
         ens = metrics["ensemble"]
         blocks.append(Para(f"Mean of both systems' probabilities (`evaluate.ensemble`): accuracy "

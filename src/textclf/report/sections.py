@@ -32,6 +32,12 @@ def headline(metrics: dict, collapsed_epochs: Sequence[int] = ()) -> list[Block]
              f"gap {gap['accuracy']:+.4f} / {gap['macro_f1']:+.4f}; "
              f"expected calibration error {metrics['ece']:.4f}" + raw_ece(metrics) + "."),
         Para(verdict_line(metrics["comparison"]))]
+    if metrics.get("blend"):  # what the export serves (serve.blend), with its own paired verdict
+        b = metrics["blend"]
+        blocks.append(Para(f"**Served: the blend** {b['weight']:.1f} × model + {1 - b['weight']:.1f} × baseline "
+                           f"(`serve.blend`, chosen on validation): test accuracy {b['accuracy']:.4f}, macro-F1 "
+                           f"{b['macro_f1']:.4f}; against the baseline {b['comparison']['difference']:+.4f}, "
+                           f"McNemar p = {b['comparison']['mcnemar_p']:.3g}: **{b['comparison']['verdict']}**."))
     if metrics.get("registry"):
         reg = metrics["registry"]
         verdict = ("champion moved to it" if reg["promoted"] else
