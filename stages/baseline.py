@@ -5,7 +5,7 @@ baseline.hashing_from training documents: hashed n-grams + SGD (evaluate/baselin
 from __future__ import annotations
 
 from textclf.evaluate.baseline import BaselinePaths, run_baseline
-from textclf.common import run_stage, setup_logging, stage_parser
+from textclf.stage import run_stage, setup_logging, stage_parser
 
 
 def main(argv: list[str] | None = None) -> None:

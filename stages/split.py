@@ -4,7 +4,7 @@ counts and the groups moved to give every class every split."""
 from __future__ import annotations
 
 from textclf.data.splitting import SplitPaths, run_split
-from textclf.common import run_stage, setup_logging, stage_parser
+from textclf.stage import run_stage, setup_logging, stage_parser
 
 
 def main(argv: list[str] | None = None) -> None:

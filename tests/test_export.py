@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from textclf.config import ModelParams, TextCNNParams, TokenizeParams
-from textclf.common import UserError
+from textclf.errors import UserError
 from textclf.cpu import has_vnni, this_cpu
 from textclf.inference.loading import load_predictor
 from textclf.data.tokenizing import encode_texts

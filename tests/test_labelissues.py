@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from textclf.common import UserError
+from textclf.errors import UserError
 from textclf.data.corpus import build_corpus, write_corpus
 from textclf.data.corrections import read_corrections
 from textclf.data.mixed_groups import other_labels

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from textclf.common import UserError
+from textclf.errors import UserError
 from textclf.config import NearDuplicateParams
 from textclf.data.corpus import write_corpus
 from textclf.data.labelsets import TASK_KEY, canonical, labels_of

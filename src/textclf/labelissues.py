@@ -34,7 +34,9 @@ import pandas as pd
 import pyarrow.parquet as pq
 import yaml
 
-from textclf.common import UserError, atomic_path, run_stage, setup_logging
+from textclf.errors import UserError
+from textclf.files import atomic_path
+from textclf.stage import run_stage, setup_logging
 from textclf.data.corrections import KEPT, YES
 from textclf.data.decisions import Corpus, file_form, problems, read_corpus, refuse, with_copies
 from textclf.data.labelsets import is_multilabel

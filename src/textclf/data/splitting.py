@@ -34,7 +34,8 @@ import pyarrow.parquet as pq
 
 from textclf.config import load_params
 from textclf.coverage import too_few_at_split
-from textclf.common import UserError, write_json, write_parquet
+from textclf.errors import UserError
+from textclf.files import write_json, write_parquet
 from textclf.data.labelsets import MULTILABEL, is_multilabel, labels_of
 
 SPLITS = ("train", "validation", "test")

@@ -30,7 +30,8 @@ from textclf.data.weights import class_weights, resolve
 from textclf.evaluate.metrics import classification_scores, test_metrics
 from textclf.inference.frames import PROB_PREFIX
 from textclf.model.linear_text import hashed_features, hasher, save_linear
-from textclf.common import UserError, open_parquet, write_json, write_parquet
+from textclf.errors import UserError
+from textclf.files import open_parquet, write_json, write_parquet
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,8 @@ from pathlib import Path
 import mlflow
 import numpy as np
 
-from textclf.common import UserError, file_md5
+from textclf.errors import UserError
+from textclf.files import file_md5
 from textclf.config import EvaluateParams, ServeParams
 from textclf.cpu import has_vnni
 from textclf.evaluate.champion import read_texts

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 import pandas as pd
 
-from textclf.common import UserError
+from textclf.errors import UserError
 from textclf.data.labelsets import label_sets
 
 if TYPE_CHECKING:  # the type only: the baseline, which shares these frames, needs no calibration

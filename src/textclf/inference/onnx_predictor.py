@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from textclf.common import UserError, positive_int_env
+from textclf.errors import UserError, positive_int_env
 from textclf.cpu import this_cpu, vnni_differs
 from textclf.data.tokenizing import RustTokenizer, encode_texts
 from textclf.inference.frames import answered_frame, check_texts, sorted_batches

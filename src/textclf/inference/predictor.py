@@ -12,7 +12,7 @@ import pandas as pd
 from textclf.data.tokenizing import encode_texts
 from textclf.inference.frames import answered_frame, check_texts
 from textclf.inference.proba import inference_device, predict_proba
-from textclf.common import UserError
+from textclf.errors import UserError
 from textclf.model.calibration import Review, load as load_calibration, review_for
 from textclf.model.modeling import (folder_params, is_multilabel_model, load_classifier, load_thresholds,
                                     load_tokenizer, pad_id)

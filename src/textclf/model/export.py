@@ -25,7 +25,8 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 
-from textclf.common import UserError, atomic_path, read_json, write_json
+from textclf.errors import UserError
+from textclf.files import atomic_path, read_json, write_json
 from textclf.config import load_params
 from textclf.model.calibration import load as load_calibration
 from textclf.model.checksums import verify_folder, write_checksums

@@ -25,7 +25,9 @@ from torch import nn
 from textclf.config import Params, TrainParams, changed_since, flatten, load_params
 from textclf.data.weights import resolve
 from textclf.inference.serving import log_pyfunc
-from textclf.common import UserError, atomic_path, deferred_interrupts, write_csv, write_json
+from textclf.errors import UserError
+from textclf.files import atomic_path, write_csv, write_json
+from textclf.signals import deferred_interrupts
 from textclf.model.batching import Collator, Split, read_token_splits
 from textclf.model.modeling import build_model, encoder_param_names, load_tokenizer, pad_id, save_model
 from textclf.model.policy import apply_policy, describe_groups, find_unused, make_optimizer, param_groups

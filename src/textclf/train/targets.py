@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from torch import nn
 
-from textclf.common import write_parquet
+from textclf.files import write_parquet
 from textclf.data.weights import AUTO_RATIO, class_weights, imbalance, positive_weights, resolve
 from textclf.evaluate.multilabel import decide, multilabel_scores, tune_thresholds
 from textclf.inference.frames import judged_frame
