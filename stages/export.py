@@ -6,7 +6,7 @@ scores better on validation (serve.blend); evaluate confirms it on the test spli
 from __future__ import annotations
 
 from textclf.stage import run_stage, setup_logging, stage_parser
-from textclf.evaluate.export_calibration import BlendInputs, export_check
+from textclf.export.check import BlendInputs, export_check
 from textclf.model.export import ExportPaths, run_export
 
 
