@@ -143,6 +143,16 @@ def accept(folder: Path, sheet: Path, fixes: Path, *options: str) -> None:
           "--params", str(folder / "params.yaml"), *options])
 
 
+def test_accept_reads_the_params_file_as_the_stages_do(reviewed):
+    """Issue 62: accept read ingest.near_duplicates.conflicts as raw YAML with a default of its
+    own; through textclf.config, a value ingest would refuse is refused here, before a write."""
+    folder, sheet, _ = reviewed
+    (folder / "params.yaml").write_text("ingest:\n  near_duplicates:\n    conflicts: dorp\n")
+    with pytest.raises(UserError, match=r"conflicts='dorp' must be one of \['drop', 'keep'\]"):
+        accept(folder, sheet, folder / "corrections.csv", "--all-suggestions")
+    assert not (folder / "corrections.csv").exists()
+
+
 def test_an_unedited_sheet_is_not_taken_unread(reviewed):
     """A sheet exactly as review prefilled it would write every suggestion as a relabel
     (2 019 on a real corpus) without a word: refused, unless asked for."""
