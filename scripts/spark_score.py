@@ -3,7 +3,7 @@
     spark-submit --master spark://head:7077 scripts/spark_score.py models:/textclf@champion \
         s3a://bucket/tickets/ --format parquet --out s3a://bucket/preds/
 """
-from textclf.common import run_stage
+from textclf.stage import run_stage
 from textclf.spark.__main__ import main
 
 if __name__ == "__main__":

@@ -4,8 +4,8 @@ fine-tuning beat the simple thing (evaluate compares the two document by documen
 baseline.hashing_from training documents: hashed n-grams + SGD (evaluate/baseline.py)."""
 from __future__ import annotations
 
-from textclf.evaluate.baseline import BaselinePaths, run_baseline
-from textclf.common import run_stage, setup_logging, stage_parser
+from textclf.evaluate.baseline_stage import BaselinePaths, run_baseline
+from textclf.stage import run_stage, setup_logging, stage_parser
 
 
 def main(argv: list[str] | None = None) -> None:

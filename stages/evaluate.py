@@ -5,7 +5,7 @@ against the PyTorch one, and the one that passes logged, registered and served."
 from __future__ import annotations
 
 from textclf.evaluate.run import EvaluatePaths, run
-from textclf.common import run_stage, setup_logging, stage_parser
+from textclf.stage import run_stage, setup_logging, stage_parser
 
 
 def main(argv: list[str] | None = None) -> None:

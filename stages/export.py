@@ -5,8 +5,8 @@ calibrated on its own validation probabilities, and blended with the baseline wh
 scores better on validation (serve.blend); evaluate confirms it on the test split and logs it."""
 from __future__ import annotations
 
-from textclf.common import run_stage, setup_logging, stage_parser
-from textclf.evaluate.export_calibration import BlendInputs, export_check
+from textclf.stage import run_stage, setup_logging, stage_parser
+from textclf.export.check import BlendInputs, export_check
 from textclf.model.export import ExportPaths, run_export
 
 

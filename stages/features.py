@@ -6,7 +6,7 @@ With train.head_init: random (or train.method: setfit) it writes an empty file a
 """
 from __future__ import annotations
 
-from textclf.common import run_stage, setup_logging, stage_parser
+from textclf.stage import run_stage, setup_logging, stage_parser
 from textclf.train.features import run_features
 
 

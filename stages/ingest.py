@@ -6,7 +6,7 @@ near-duplicates found and grouped (column `group`).
 from __future__ import annotations
 
 from textclf.data.corpus import IngestPaths, run_ingest
-from textclf.common import run_stage, setup_logging, stage_parser
+from textclf.stage import run_stage, setup_logging, stage_parser
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -4,7 +4,7 @@ and test probabilities, judged by cleanlab -> reports/label_issues.parquet (one 
 most suspect first) and reports/label_issues.json (docs/label_issues.md)."""
 from __future__ import annotations
 
-from textclf.common import run_stage, setup_logging, stage_parser
+from textclf.stage import run_stage, setup_logging, stage_parser
 from textclf.evaluate.label_issues import LabelsPaths, run_labels
 
 

@@ -3,7 +3,7 @@ figures), reports/report.md (the same without figures) and the confusion-matrix 
 all logged to the training run in MLflow (its lineage: datasets and the dvc.lock train logged)."""
 from __future__ import annotations
 
-from textclf.common import run_stage, setup_logging, stage_parser
+from textclf.stage import run_stage, setup_logging, stage_parser
 from textclf.report.run import ReportPaths, run
 
 

@@ -3,8 +3,8 @@ group in one split; stable under added and removed documents by default) + per-s
 counts and the groups moved to give every class every split."""
 from __future__ import annotations
 
-from textclf.data.splitting import SplitPaths, run_split
-from textclf.common import run_stage, setup_logging, stage_parser
+from textclf.data.split_stage import SplitPaths, run_split
+from textclf.stage import run_stage, setup_logging, stage_parser
 
 
 def main(argv: list[str] | None = None) -> None:

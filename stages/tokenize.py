@@ -6,7 +6,7 @@ shadow the standard library's tokenize module).
 from __future__ import annotations
 
 from textclf.data.tokens import TokenizePaths, run_tokenize
-from textclf.common import run_stage, setup_logging, stage_parser
+from textclf.stage import run_stage, setup_logging, stage_parser
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import sys
 
-from textclf.common import run_stage, setup_logging, stage_parser
+from textclf.stage import run_stage, setup_logging, stage_parser
 from textclf.train.paths import TrainPaths
 from textclf.train.run import run
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from stages import train  # noqa: E402
-from textclf.common import run_stage  # noqa: E402
+from textclf.stage import run_stage  # noqa: E402
 from signalled_train import at  # noqa: E402  (tests/ is sys.path[0] for a script in it)
 
 WAIT_S = 300  # a test that never answers must not leave the stage waiting for ever

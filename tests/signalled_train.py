@@ -11,7 +11,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from stages import train  # noqa: E402
 from textclf.train.checkpoint import Checkpointer  # noqa: E402
-from textclf.common import run_stage  # noqa: E402
+from textclf.stage import run_stage  # noqa: E402
 
 
 def at(points: set[tuple[int, int]], action) -> None:

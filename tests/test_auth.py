@@ -22,7 +22,7 @@ from mlflow.tracking import MlflowClient
 
 from conftest import GIT_ENV, REPO, copy_repo, dvc_run, write_params
 from test_server import server_sh, team_server
-from textclf.common import UserError
+from textclf.errors import UserError
 from textclf.tracking.store import check_store
 
 ARTIFACTS = "/api/2.0/mlflow-artifacts/artifacts"

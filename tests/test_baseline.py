@@ -94,7 +94,7 @@ def test_the_stage_switches_to_hashing_past_hashing_from(prepared, caplog):
 def test_a_min_df_a_small_corpus_cannot_meet_is_one_line(min_df, says):
     """scikit-learn's ValueError ("max_df corresponds to < documents than min_df", "no terms
     remain") reached a small corpus's user as a traceback, at the baseline and labels stages."""
-    from textclf.common import UserError
+    from textclf.errors import UserError
     from textclf.evaluate.baseline import fit_baseline
     from textclf.evaluate.baseline_multilabel import fit_sets
 

@@ -16,7 +16,7 @@ import torch
 from scipy.stats import binom
 
 from textclf import predict
-from textclf.common import UserError
+from textclf.errors import UserError
 from textclf.config import ServeParams
 from textclf.inference.loading import load_predictor
 from textclf.inference.onnx_predictor import OnnxPredictor

@@ -13,8 +13,8 @@ import torch
 from accelerate import Accelerator
 from torch import nn
 
-from textclf.common import read_json
-from textclf.common import write_json
+from textclf.files import read_json
+from textclf.files import write_json
 from textclf.train.checkpoint import MANIFEST, STATE, TENSORS, Checkpointer, Progress, damage, manifest
 from textclf.train import loop
 from textclf.train.selection import EpochSelector

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from textclf import serve
-from textclf.common import UserError
+from textclf.errors import UserError
 from textclf.inference.model_uri import model_folder
 from textclf.inference.onnx_predictor import OnnxPredictor
 from textclf.inference.predictor import Predictor

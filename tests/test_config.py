@@ -8,7 +8,7 @@ import yaml
 
 from textclf.config import (IngestParams, ModelParams, NearDuplicateParams, Params, SplitParams, TokenizeParams,
                             TrainParams, SECTIONS, flatten, load_params)
-from textclf.common import UserError
+from textclf.errors import UserError
 
 REPO_PARAMS = Path(__file__).resolve().parents[1] / "params.yaml"
 

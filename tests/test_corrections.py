@@ -15,7 +15,7 @@ if str(REPO) not in sys.path:  # `stages` is not an installed package
     sys.path.insert(0, str(REPO))
 
 from stages import ingest  # noqa: E402
-from textclf.common import UserError  # noqa: E402
+from textclf.errors import UserError  # noqa: E402
 from textclf.config import NearDuplicateParams  # noqa: E402
 from textclf.data.corpus import build_corpus  # noqa: E402
 from textclf.data.corrections import read_corrections  # noqa: E402

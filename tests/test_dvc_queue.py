@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from textclf.common import UserError
+from textclf.errors import UserError
 from textclf.tracking import dvc_exps
 
 from conftest import GIT_ENV, dvc

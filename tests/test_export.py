@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from textclf.config import ModelParams, TextCNNParams, TokenizeParams
-from textclf.common import UserError
+from textclf.errors import UserError
 from textclf.cpu import has_vnni, this_cpu
 from textclf.inference.loading import load_predictor
 from textclf.data.tokenizing import encode_texts
@@ -122,9 +122,9 @@ def evaluate_export(p: list[str], metrics: str) -> dict:
 
 
 def decided(tmp: Path, model_dir: Path) -> dict:
-    """The export stage's check on the export folder as it is (export_calibration.served_format,
+    """The export stage's check on the export folder as it is (export.check.served_format,
     on the prepared validation split) -> export.json."""
-    from textclf.evaluate.export_calibration import served_format
+    from textclf.export.check import served_format
     from textclf.model.batching import read_token_splits
     meta = json.loads((tmp / "export" / "export.json").read_text())
     validation = read_token_splits(str(tmp / "t.parquet"), str(tmp / "sp.parquet"), list(meta["labels"]),

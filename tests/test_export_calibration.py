@@ -12,7 +12,7 @@ import torch
 from stages import evaluate, export
 from textclf.evaluate.champion import read_texts
 from textclf.evaluate.conformal_report import review_curve, review_metrics, set_metrics
-from textclf.evaluate.export_calibration import calibrator, own_calibrations
+from textclf.export.check import calibrator, own_calibrations
 from textclf.evaluate.metrics_file import with_per_class
 from textclf.inference.frames import PROB_PREFIX, SAME_ANSWER_ATOL, judged_frame
 from textclf.inference.loading import load_predictor

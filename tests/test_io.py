@@ -8,14 +8,16 @@ import time
 
 import pytest
 
-from textclf.common import LAUNCH_ID, atomic_path, read_json, umask, write_json, write_parquet
+from textclf.files import atomic_path, read_json, umask, write_json, write_parquet
+from textclf.processes import LAUNCH_ID
 
 from conftest import REPO
 
 # A stand-in for a training loop: "steps" inside deferred_interrupts, a safe point after each.
 LOOP = """
 import logging, sys, time
-from textclf.common import deferred_interrupts, raise_if_interrupted, run_stage, setup_logging
+from textclf.signals import deferred_interrupts, raise_if_interrupted
+from textclf.stage import run_stage, setup_logging
 
 def main():
     setup_logging()
@@ -72,7 +74,8 @@ def test_a_second_signal_stops_at_once():
 # summary, MLflow's), as a rank does when torchrun sends it SIGTERM after another rank died.
 LEAVING = """
 import atexit, sys, time
-from textclf.common import UserError, run_stage, setup_logging
+from textclf.errors import UserError
+from textclf.stage import run_stage, setup_logging
 
 def main():
     setup_logging()
@@ -169,7 +172,8 @@ def test_atomic_outputs_follow_the_umask_as_ordinary_files_do(tmp_path, set_umas
 RAISER = """
 import sys
 import pandas as pd
-from textclf.common import UserError, run_stage, setup_logging
+from textclf.errors import UserError
+from textclf.stage import run_stage, setup_logging
 
 def main():
     setup_logging()

@@ -78,7 +78,7 @@ def test_a_keep_stops_applying_once_the_source_disagrees(tmp_path, caplog):
 
 def test_a_kept_cell_is_yes_or_blank(tmp_path):
     import pytest
-    from textclf.common import UserError
+    from textclf.errors import UserError
     fixes = tmp_path / "corrections.csv"
     for bad in ("x.txt,sport,maybe", "x.txt,drop,yes"):
         fixes.write_text(f"doc,label,kept\n{bad}\n")

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from stages import labels as labels_stage
-from textclf.common import UserError
+from textclf.errors import UserError
 from textclf.evaluate.label_issues import COLUMNS
 from textclf.report.document import Heading, Para, Table
 from textclf.report.labels import label_metrics, label_noise_note, labels_section

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from textclf.common import UserError
+from textclf.errors import UserError
 from textclf.data.corpus import build_corpus, write_corpus
 from textclf.data.corrections import read_corrections
 from textclf.data.mixed_groups import other_labels
@@ -141,6 +141,16 @@ def test_accept_refuses_a_decision_that_names_no_document(reviewed):
 def accept(folder: Path, sheet: Path, fixes: Path, *options: str) -> None:
     main(["accept", str(sheet), "--corrections", str(fixes), "--corpus", str(folder / "corpus.parquet"),
           "--params", str(folder / "params.yaml"), *options])
+
+
+def test_accept_reads_the_params_file_as_the_stages_do(reviewed):
+    """Issue 62: accept read ingest.near_duplicates.conflicts as raw YAML with a default of its
+    own; through textclf.config, a value ingest would refuse is refused here, before a write."""
+    folder, sheet, _ = reviewed
+    (folder / "params.yaml").write_text("ingest:\n  near_duplicates:\n    conflicts: dorp\n")
+    with pytest.raises(UserError, match=r"conflicts='dorp' must be one of \['drop', 'keep'\]"):
+        accept(folder, sheet, folder / "corrections.csv", "--all-suggestions")
+    assert not (folder / "corrections.csv").exists()
 
 
 def test_an_unedited_sheet_is_not_taken_unread(reviewed):

@@ -18,7 +18,7 @@ import torch
 from sklearn.metrics import accuracy_score, f1_score, hamming_loss
 
 from textclf import predict
-from textclf.common import UserError
+from textclf.errors import UserError
 from textclf.config import parse_section
 from textclf.evaluate.champion import judge
 from textclf.data.labelsets import TASK_KEY, hot

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from textclf.common import UserError
+from textclf.errors import UserError
 from textclf.config import NearDuplicateParams, parse_section
 from textclf.data.corpus import build_corpus, write_corpus
 from textclf.data.labelsets import TASK_KEY

@@ -10,12 +10,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from textclf.common import UserError
+from textclf.errors import UserError
 from textclf.config import NearDuplicateParams
 from textclf.data.corpus import write_corpus
 from textclf.data.labelsets import TASK_KEY, canonical, labels_of
 from textclf.data.multilabel_split import _repair, label_sets
-from textclf.data.splitting import SPLITS, SplitPaths, _cut, bucket, class_counts, run_split, split_corpus
+from textclf.data.split_stage import SplitPaths, run_split, split_corpus
+from textclf.data.splitting import SPLITS, _cut, bucket, class_counts
 from textclf.data.tables import Columns
 
 from conftest import write_params

@@ -17,7 +17,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from textclf.config import parse_section
-from textclf.common import UserError
+from textclf.errors import UserError
 
 from conftest import REPO, copy_prepared, free_port, save_tiny_random_bert, write_params
 from test_multiprocess import assert_trained_alike, sixty_in_training, train

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from textclf.common import UserError
+from textclf.errors import UserError
 from textclf.config import Params, TokenizeParams, load_params
 from textclf.data.tokenizing import windows
 from textclf.section import Section

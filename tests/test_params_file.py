@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from textclf.common import UserError
+from textclf.errors import UserError
 from textclf.config import load_params
 from textclf.model.modeling import folder_params
 

@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 from scipy.stats import binomtest
 
-from textclf.common import UserError
+from textclf.errors import UserError
 from textclf.evaluate.comparison import BETTER, NO_DIFFERENCE, compare
 from textclf.evaluate.pooled import outcomes_frame, pooled_comparison, pooled_lines, seed_outcomes
 

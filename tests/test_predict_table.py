@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from textclf import predict
-from textclf.common import UserError
+from textclf.errors import UserError
 from textclf.inference import table_scores
 from textclf.inference.predictor import Predictor
 

@@ -22,7 +22,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 from safetensors.torch import load_file
 
-from textclf.common import UserError
+from textclf.errors import UserError
 from textclf import leftover
 from textclf.tracking.runs import sweep_stale_runs
 from textclf.train.checkpoint import Checkpointer

@@ -24,7 +24,7 @@ from textclf import predict
 from textclf.config import ServeParams
 from textclf.inference import table_scores
 from textclf.inference.frames import PROB_PREFIX, SAME_ANSWER_ATOL
-from textclf.common import UserError
+from textclf.errors import UserError
 from textclf.inference.loading import folder_predictor, load_predictor
 from textclf.inference.serving import check_review, log_pyfunc
 from textclf.model import calibration

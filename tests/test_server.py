@@ -24,7 +24,7 @@ from reaper import reaper
 from conftest import GIT_ENV, REPO, copy_repo, dvc, dvc_run, free_port, server, venv_env, write_params
 from test_browser import SHOTS, browser, wait_for_text  # noqa: F401  (browser is a fixture)
 from test_serving import invoke
-from textclf.common import UserError
+from textclf.errors import UserError
 from textclf.tracking.store import check_store
 
 SCRIPT = REPO / "scripts" / "server.sh"

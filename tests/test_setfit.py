@@ -10,7 +10,7 @@ import pytest
 import torch
 from accelerate import Accelerator
 
-from textclf.common import UserError
+from textclf.errors import UserError
 from textclf.config import load_params
 from textclf.model.batching import Split
 from textclf.model.heads import PooledClassifier
@@ -184,14 +184,14 @@ def test_an_interrupted_contrastive_phase_says_it_starts_again(tiny_random_bert,
     phase keeps no checkpoint: a rerun starts it again from its first pair, and the line says so."""
     import signal
 
-    from textclf import common
+    from textclf import signals, stage
     from textclf.train.setfit import CONTRASTIVE_LOST, fit_setfit
     job, _ = tiny_job(tiny_random_bert, [0, 0, 1, 1, 2, 2], TEXTS)
-    monkeypatch.setitem(common._signals, "pending", signal.SIGTERM)  # a signal arrived: the next step stops
-    with pytest.raises(common.Interrupted) as err:
+    monkeypatch.setitem(signals._signals, "pending", signal.SIGTERM)  # a signal arrived: the next step stops
+    with pytest.raises(signals.Interrupted) as err:
         fit_setfit(job)
     assert err.value.after == CONTRASTIVE_LOST
     with caplog.at_level("ERROR"):
-        assert common._exit_status(err.value) == 128 + signal.SIGTERM
+        assert stage._exit_status(err.value) == 128 + signal.SIGTERM
     assert "interrupted by SIGTERM; setfit's contrastive phase keeps no checkpoint" in caplog.text
     assert "to resume" not in caplog.text

@@ -13,7 +13,7 @@ import pytest
 
 from stages import ingest
 
-from textclf.common import UserError
+from textclf.errors import UserError
 from textclf.config import NearDuplicateParams, parse_section
 from textclf.data.class_sizes import _without
 from textclf.data.corpus import build_corpus

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from textclf import predict
-from textclf.common import UserError
+from textclf.errors import UserError
 from textclf.inference import serving, table_scores
 from textclf.inference.rows import table_answers
 from textclf.inference.serving import TABLE_ENV, log_pyfunc

@@ -14,7 +14,7 @@ import optuna
 import pytest
 from mlflow.tracking import MlflowClient
 
-from textclf.common import UserError
+from textclf.errors import UserError
 from textclf.config import SweepParams, load_params
 from textclf.sweep.space import parse_space
 from textclf.sweep.study import ask, counted, open_study, single_worker_lock

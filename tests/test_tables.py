@@ -12,7 +12,7 @@ from textclf.config import NearDuplicateParams
 from textclf.data.corpus import build_corpus
 from textclf.data.tables import Columns, table_files
 from textclf.data.text import decode
-from textclf.common import UserError
+from textclf.errors import UserError
 
 from conftest import REPO
 

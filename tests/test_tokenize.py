@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from stages import tokenize as tokenize_stage
-from textclf.common import UserError
+from textclf.errors import UserError
 from textclf.config import TokenizeParams, load_params
 from textclf.model.modeling import load_tokenizer
 from textclf.data.tokenizing import RustTokenizer, encode_texts, tokenize_texts, truncate, windows

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
-from textclf.common import file_md5
+from textclf.files import file_md5
 from textclf.evaluate.metrics_file import read_metrics
 from textclf.tracking.runs import project_root, tracking_uri
 

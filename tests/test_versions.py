@@ -4,7 +4,7 @@ import pandas as pd
 import pytest
 
 from textclf.data.versions import diff, summary
-from textclf.common import UserError
+from textclf.errors import UserError
 
 
 def version(rows: list[tuple[str, str, str, str]]) -> pd.DataFrame:

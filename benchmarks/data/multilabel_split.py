@@ -31,9 +31,10 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: corpora, timing
 from timing import ROOT, table  # noqa: E402  (first: this checkout's textclf)
 from corpora import BBC  # noqa: E402
-from textclf.common import read_json  # noqa: E402
+from textclf.files import read_json  # noqa: E402
 from textclf.data.corpus import IngestPaths, run_ingest  # noqa: E402
-from textclf.data.splitting import SPLITS, SplitPaths, run_split  # noqa: E402
+from textclf.data.split_stage import SplitPaths, run_split  # noqa: E402
+from textclf.data.splitting import SPLITS  # noqa: E402
 
 PARAMS = ROOT / "params.yaml"
 log = logging.getLogger("multilabel_split")

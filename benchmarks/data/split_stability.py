@@ -27,7 +27,8 @@ from timing import table  # noqa: E402  (first: this checkout's textclf)
 from corpora import BBC  # noqa: E402
 from textclf.config import SplitParams  # noqa: E402
 from textclf.data.corpus import build_corpus  # noqa: E402
-from textclf.data.splitting import class_counts, split_corpus  # noqa: E402
+from textclf.data.split_stage import split_corpus  # noqa: E402
+from textclf.data.splitting import class_counts  # noqa: E402
 
 
 def copy(files: dict[str, str], folder: Path) -> Path:

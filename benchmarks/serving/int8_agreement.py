@@ -144,7 +144,7 @@ def measure(args) -> None:
     import numpy as np
     import torch
 
-    from textclf.common import read_json
+    from textclf.files import read_json
     from textclf.inference.onnx_predictor import OnnxPredictor
     from textclf.inference.proba import predict_proba
     from textclf.model.batching import read_token_splits

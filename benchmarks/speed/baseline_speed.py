@@ -91,7 +91,8 @@ def synthetic(n: int = 20_000, classes: int = 57, seed: int = 0) -> pd.DataFrame
 def pipeline_split(corpus: pd.DataFrame) -> pd.DataFrame:
     """The split stage's assignment at the default params -> corpus with a `split` column."""
     from textclf.config import SplitParams
-    from textclf.data.splitting import assign_splits, split_corpus
+    from textclf.data.split_stage import split_corpus
+    from textclf.data.splitting import assign_splits
 
     cfg = SplitParams()
     if "split_key" in corpus:

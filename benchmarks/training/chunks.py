@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: cor
 import timing  # noqa: E402,F401  puts this checkout's src/ first: its textclf, not an installed one
 from corpora import sample_texts  # noqa: E402
 from bbc_experiments import bbc_parser, run_experiments  # noqa: E402
-from textclf.common import run_stage  # noqa: E402
+from textclf.stage import run_stage  # noqa: E402
 from textclf.multiseed import read_preset  # noqa: E402
 
 log = logging.getLogger("chunks")

@@ -27,7 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: corpora, timing
 from timing import ROOT  # noqa: E402  (first: this checkout's textclf, not an installed one)
 from bbc_experiments import bbc_parser, run_experiments  # noqa: E402
-from textclf.common import run_stage  # noqa: E402
+from textclf.stage import run_stage  # noqa: E402
 from textclf.multiseed import read_preset  # noqa: E402
 
 log = logging.getLogger("multilabel")

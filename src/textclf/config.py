@@ -17,7 +17,7 @@ from typing import Any, Iterable, Literal, Mapping, get_type_hints
 
 import yaml
 
-from textclf.common import UserError
+from textclf.errors import UserError
 from textclf.section import Section, hint, parse, ranged
 
 

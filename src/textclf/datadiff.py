@@ -25,7 +25,8 @@ from typing import Any, Callable
 import pandas as pd
 
 from textclf.data.versions import KINDS, described, diff, dropped_at_ingest, summary
-from textclf.common import UserError, run_stage
+from textclf.errors import UserError
+from textclf.stage import run_stage
 
 SPLITS = "data/processed/splits.parquet"
 INGEST_REPORT = "data/interim/ingest_report.json"

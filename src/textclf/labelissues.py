@@ -32,9 +32,11 @@ from pathlib import Path
 
 import pandas as pd
 import pyarrow.parquet as pq
-import yaml
 
-from textclf.common import UserError, atomic_path, run_stage, setup_logging
+from textclf.config import Params, load_params
+from textclf.errors import UserError
+from textclf.files import atomic_path
+from textclf.stage import run_stage, setup_logging
 from textclf.data.corrections import KEPT, YES
 from textclf.data.decisions import Corpus, file_form, problems, read_corpus, refuse, with_copies
 from textclf.data.labelsets import is_multilabel
@@ -209,11 +211,9 @@ def _stale(row: dict[str, str], corpus: Corpus) -> bool:
 
 
 def _conflicts(params: str) -> str:
-    """ingest.near_duplicates.conflicts as params.yaml says (keep, its default, where unsaid)."""
-    if not Path(params).is_file():
-        return "keep"
-    ingest = (yaml.safe_load(Path(params).read_text()) or {}).get("ingest") or {}
-    return str((ingest.get("near_duplicates") or {}).get("conflicts", "keep"))
+    """ingest.near_duplicates.conflicts as the params file says, checked as every stage reads
+    it (its default where the file does not say, or where there is no file)."""
+    return (load_params(params) if Path(params).is_file() else Params()).ingest.near_duplicates.conflicts
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -18,7 +18,8 @@ import shutil
 from pathlib import Path
 
 from textclf.config import load_params
-from textclf.common import read_json, run_stage, setup_logging
+from textclf.files import read_json
+from textclf.stage import run_stage, setup_logging
 from textclf.train.checkpoint import LATEST
 from textclf.train.paths import TrainInputs, stage_inputs
 

@@ -7,7 +7,7 @@ import importlib.util
 import os
 from pathlib import Path
 
-from textclf.common import UserError
+from textclf.errors import UserError
 
 
 def hub_offline() -> bool:

@@ -21,7 +21,7 @@ import re
 import statistics
 import subprocess
 
-from textclf.common import run_stage
+from textclf.stage import run_stage
 from textclf.evaluate.pooled import pooled_comparison, pooled_lines, seed_outcomes
 from textclf.tracking.dvc_exps import dvc, experiments, queue, revisions, run_queued
 

@@ -27,7 +27,8 @@ from pathlib import Path
 from textclf.data.text import decode
 from textclf.inference.loading import load_predictor
 from textclf.inference.table_scores import open_table, score_table
-from textclf.common import UserError, run_stage, setup_logging
+from textclf.errors import UserError
+from textclf.stage import run_stage, setup_logging
 
 
 def read_inputs(files: list[str]) -> tuple[list[str], list[str]]:

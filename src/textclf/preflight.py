@@ -15,7 +15,8 @@ import stat
 from pathlib import Path
 
 from textclf.config import load_params
-from textclf.common import UserError, run_stage
+from textclf.errors import UserError
+from textclf.stage import run_stage
 
 log = logging.getLogger("preflight")
 

@@ -8,7 +8,7 @@ import difflib
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Iterable, Literal, TypeVar, get_args, get_origin, get_type_hints
 
-from textclf.common import UserError
+from textclf.errors import UserError
 
 INF = float("inf")
 T = TypeVar("T")

@@ -20,7 +20,7 @@ import sys
 
 from textclf.inference.frames import check_strings
 from textclf.inference.serving import REFUSED, TEXT_COLUMN
-from textclf.common import UserError
+from textclf.errors import UserError
 
 MODEL_ENV = "TEXTCLF_SERVE_MODEL"  # how each uvicorn worker learns the model URI
 FORMAT = ('send JSON such as {"dataframe_split": {"columns": ["text"], "data": [["one text"]]}} '

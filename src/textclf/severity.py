@@ -11,7 +11,7 @@ pass: nothing to say.
 """
 from __future__ import annotations
 
-from textclf.common import UserError
+from textclf.errors import UserError
 
 ALARM, WARNING, PASS = "alarm", "warning", "pass"
 SEVERITY = {"fail": ALARM, "collapsed": ALARM, "warn": WARNING, "allowed": WARNING,

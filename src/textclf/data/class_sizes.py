@@ -7,7 +7,7 @@ from collections import Counter
 
 import numpy as np
 
-from textclf.common import UserError
+from textclf.errors import UserError
 from textclf.data.ingest_report import IngestReport, SkipReason
 from textclf.data.labelsets import labels_of
 

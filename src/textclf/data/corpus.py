@@ -25,7 +25,8 @@ import numpy as np
 import pandas as pd
 
 from textclf.config import NearDuplicateParams, load_params
-from textclf.common import UserError, atomic_path, temp_beside, write_json
+from textclf.errors import UserError
+from textclf.files import atomic_path, temp_beside, write_json
 from textclf.data.ingest_report import IngestReport, SkipReason
 from textclf.data.class_sizes import check_classes, drop_small_classes
 from textclf.data.corrections import Corrections, read_corrections

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from textclf.common import UserError
+from textclf.errors import UserError
 from textclf.data.labelsets import canonical, labels_of
 from textclf.data.ledger import doc_id
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 
-from textclf.common import UserError
+from textclf.errors import UserError
 from textclf.data.corrections import DROP, MULTI_JOIN
 from textclf.data.labelsets import is_multilabel
 

@@ -17,7 +17,7 @@ from collections import Counter
 
 import numpy as np
 
-from textclf.common import UserError
+from textclf.errors import UserError
 
 TASK_KEY = b"textclf.task"
 MULTILABEL = "multilabel"

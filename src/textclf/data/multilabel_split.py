@@ -115,7 +115,7 @@ def stratified_assign(labels: pd.Series, groups: pd.Series, fractions: dict[str,
 
 def split_multilabel(corpus: pd.DataFrame, fractions: dict[str, float], seed: int,
                      method: str) -> tuple[pd.DataFrame, list[dict]]:
-    """splitting.split_corpus for a multi-label corpus (its `label` the canonical label sets)
+    """split_stage.split_corpus for a multi-label corpus (its `label` the canonical label sets)
     -> (assignment, repair moves); every label in every split, else a UserError naming it."""
     _needs(corpus, "group", "near-duplicate grouping")
     frame = corpus.set_index("doc_id")

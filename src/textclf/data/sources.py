@@ -16,7 +16,7 @@ from pathlib import Path, PurePosixPath
 from typing import Callable, Iterator
 
 from textclf.data.ingest_report import SkipReason
-from textclf.common import UserError
+from textclf.errors import UserError
 
 ARCHIVE_SUFFIXES = (".zip", ".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz")
 

@@ -28,7 +28,8 @@ from typing import Iterator
 from textclf.data.ingest_report import IngestReport, SkipReason
 from textclf.data.labelsets import canonical, label_set, refuse_single_label_list
 from textclf.data.text import decode, not_text
-from textclf.common import UserError, open_parquet
+from textclf.errors import UserError
+from textclf.files import open_parquet
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from textclf.common import UserError
+from textclf.errors import UserError
 
 TRUNCATIONS = ("head", "tail", "head+tail")
 CHUNKS = "chunks"  # tokenize.truncation: every token read, in windows overlapping by tokenize.stride

@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 
 from textclf.config import TokenizeParams, load_params
-from textclf.common import UserError, atomic_path, open_parquet, write_csv, write_json
+from textclf.errors import UserError
+from textclf.files import atomic_path, open_parquet, write_csv, write_json
 from textclf.data.tokenizing import CHUNKS, Encoded, RustTokenizer, encode_texts
 from textclf.data.labelsets import is_multilabel, task_metadata
 from textclf.model_source import hub_offline, not_found, resolve_model_name

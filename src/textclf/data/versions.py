@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from textclf.common import UserError
+from textclf.errors import UserError
 
 KINDS = ("added", "removed", "relabelled", "edited")
 EXAMPLES = 3  # documents named per kind

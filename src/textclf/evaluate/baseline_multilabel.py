@@ -16,7 +16,7 @@ from sklearn.multiclass import OneVsRestClassifier
 from sklearn.pipeline import make_pipeline
 
 from textclf.config import BaselineParams
-from textclf.common import UserError
+from textclf.errors import UserError
 from textclf.data.labelsets import hot, label_sets, labels_of
 from textclf.data.weights import resolve
 from textclf.evaluate.baseline import fit_tfidf, tfidf

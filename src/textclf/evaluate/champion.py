@@ -19,7 +19,8 @@ from textclf.data.labelsets import labels_of
 from textclf.evaluate.metrics import classification_scores
 from textclf.evaluate.multilabel import set_scores
 from textclf.inference.loading import load_predictor
-from textclf.common import UserError, open_parquet
+from textclf.errors import UserError
+from textclf.files import open_parquet
 from textclf.tracking.registry import run_file
 
 log = logging.getLogger(__name__)

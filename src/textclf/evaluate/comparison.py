@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from textclf.common import UserError
+from textclf.errors import UserError
 
 BETTER, WORSE, NO_DIFFERENCE = "better", "worse", "no significant difference"
 

@@ -25,7 +25,8 @@ import pandas as pd
 import pyarrow as pa
 from tqdm.auto import tqdm
 
-from textclf.common import UserError, write_json, write_parquet
+from textclf.errors import UserError
+from textclf.files import write_json, write_parquet
 from textclf.config import BaselineParams, LabelsParams, load_params
 from textclf.data.labelsets import hot, is_multilabel, labels_of
 from textclf.data.mixed_groups import mixed_counts, other_labels

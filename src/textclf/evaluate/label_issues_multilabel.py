@@ -14,7 +14,7 @@ import time
 import numpy as np
 from tqdm.auto import tqdm
 
-from textclf.common import UserError
+from textclf.errors import UserError
 from textclf.config import BaselineParams
 from textclf.data.labelsets import hot, label_sets, labels_of
 from textclf.evaluate.baseline_multilabel import fit_sets

@@ -12,7 +12,7 @@ from collections import Counter
 
 import numpy as np
 
-from textclf.common import UserError
+from textclf.errors import UserError
 
 
 

@@ -4,7 +4,7 @@ number of classes (57 classes once made it one line of 103 738 characters); what
 classes goes to per_class.json beside it (evaluate --per-class-json)."""
 from __future__ import annotations
 
-from textclf.common import read_json
+from textclf.files import read_json
 
 PER_CLASS = ("per_class", "confusion", "per_class_accuracy", "thresholds", "baseline_per_class")
 PER_CLASS_SETS = ("per_class_coverage", "sizes")  # of metrics["sets"]

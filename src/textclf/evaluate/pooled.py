@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from textclf.common import UserError
+from textclf.errors import UserError
 from textclf.evaluate.comparison import BETTER, NO_DIFFERENCE, WORSE, mcnemar_exact
 
 COLUMNS = ("doc_id", "model_correct", "baseline_correct")

@@ -25,7 +25,8 @@ from textclf.evaluate.metrics_file import class_counts, split_per_class
 from textclf.data.labelsets import hot
 from textclf.evaluate.multilabel import decide, multilabel_test_metrics, per_label_recall
 from textclf.inference.frames import PROB_PREFIX, judged_frame
-from textclf.common import UserError, read_json, write_csv, write_json, write_parquet
+from textclf.errors import UserError
+from textclf.files import read_json, write_csv, write_json, write_parquet
 from textclf.model.batching import Split, read_token_splits
 from textclf.model.calibration import Calibration, load as load_calibration, review_for
 from textclf.model.exported import BLEND_KEY, read_export

@@ -1,6 +1,6 @@
 """The exported model confirmed on the test split as it is served, at every evaluate, and
 logged: the export stage decided on validation which format serves (int8, else float32, else
-PyTorch: evaluate.export_calibration), and evaluate checks that format against the PyTorch one
+PyTorch: export.check), and evaluate checks that format against the PyTorch one
 (evaluate.format_check: agreement, largest probability difference, McNemar + bootstrap, each
 document scored alone and in batches) and logs it whatever the test says, so that the folder
 and the logged model never answer apart; a test check that fails is one warning line, the
@@ -17,7 +17,8 @@ from pathlib import Path
 import mlflow
 import numpy as np
 
-from textclf.common import UserError, file_md5
+from textclf.errors import UserError
+from textclf.files import file_md5
 from textclf.config import EvaluateParams, ServeParams
 from textclf.cpu import has_vnni
 from textclf.evaluate.champion import read_texts

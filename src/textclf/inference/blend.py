@@ -12,15 +12,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from textclf.inference.frames import answered_frame, check_texts
-from textclf.model.calibration import Review, from_dict, review_for
+from textclf.inference.base import TextPredictor
+from textclf.inference.frames import check_texts
+from textclf.model.calibration import Calibration, from_dict
 from textclf.model.checksums import verify_folder
 from textclf.model.exported import BASELINE_FILES, EXPORT_FILE
 from textclf.model.linear_text import LinearText
 
 if TYPE_CHECKING:
     from textclf.inference.onnx_predictor import OnnxPredictor
-
 
 
 def blended(p_model: np.ndarray, p_base: np.ndarray, weight: float) -> np.ndarray:
@@ -35,7 +35,7 @@ def baseline_proba(baseline: LinearText, texts: list[str], labels: list[str]) ->
     return pd.DataFrame(probs, columns=baseline.classes).reindex(columns=labels, fill_value=0.0).to_numpy()
 
 
-class BlendPredictor:
+class BlendPredictor(TextPredictor):
     """An exported model's predictor (OnnxPredictor) with the baseline blended in: the same
     interface and columns."""
 
@@ -47,8 +47,7 @@ class BlendPredictor:
         self.format, self.where = inner.format, str(folder)
         self.baseline = LinearText(folder)
         self.weight = float(blend["weight"])
-        self.calibration = from_dict(blend["calibration"], str(folder / EXPORT_FILE))
-        self.review: Review | None = None
+        self.calibration: Calibration = from_dict(blend["calibration"], str(folder / EXPORT_FILE))
 
     def raw_proba(self, texts: list[str]) -> np.ndarray:
         """The blend before its own temperature (what evaluate calibrates and checks)."""
@@ -58,9 +57,3 @@ class BlendPredictor:
     def predict_proba(self, texts: list[str]) -> np.ndarray:
         check_texts(texts)
         return self.calibration.apply(self.raw_proba(list(texts))).astype(np.float32)
-
-    def set_review(self, coverage: float | None, review_below: float) -> None:
-        self.review = review_for(self.calibration, coverage, review_below, self.where)
-
-    def predict(self, texts: list[str]) -> pd.DataFrame:
-        return answered_frame(self.predict_proba(list(texts)), self.labels, None, self.review)

@@ -4,12 +4,12 @@ baseline and the ONNX predictor (no torch) share them."""
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
-from textclf.common import UserError
+from textclf.errors import UserError
 from textclf.data.labelsets import label_sets
 
 if TYPE_CHECKING:  # the type only: the baseline, which shares these frames, needs no calibration
@@ -23,20 +23,6 @@ PROB_PREFIX = "prob_"  # one column of probabilities per class
 # docs/benchmarks.md). 1e-6 covers that float rounding and is 40 000 times below the 0.04
 # that per-batch int8 scales moved a probability.
 SAME_ANSWER_ATOL = 1e-6
-
-
-class TextPredictor(Protocol):
-    """What predict, serve and the champion check call: the PyTorch Predictor and the
-    OnnxPredictor alike."""
-    labels: list[str]
-    thresholds: np.ndarray | None  # multi-label: (C,) tuned on validation; None: one class per text
-    review: Review | None  # serve.coverage and serve.review_below, where set (set_review)
-
-    def set_review(self, coverage: float | None, review_below: float) -> None: ...
-
-    def predict_proba(self, texts: list[str]) -> np.ndarray: ...  # (N, C)
-
-    def predict(self, texts: list[str]) -> pd.DataFrame: ...  # answered_frame's columns
 
 
 def predicted_frame(probs: np.ndarray, labels: list[str], thresholds: np.ndarray | None) -> pd.DataFrame:

@@ -10,7 +10,7 @@ import logging
 from pathlib import Path
 
 from textclf.config import ServeParams
-from textclf.inference.frames import TextPredictor
+from textclf.inference.base import TextPredictor
 from textclf.inference.model_uri import served_folder
 from textclf.model.exported import BLEND_KEY, EXPORT_FILE, read_export
 

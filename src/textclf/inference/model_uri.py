@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from textclf.common import UserError
+from textclf.errors import UserError
 
 
 def pyfunc_folder(model: str) -> Path:

@@ -8,15 +8,15 @@ import logging
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 from tqdm.auto import tqdm
 
-from textclf.common import UserError, positive_int_env
+from textclf.errors import UserError, positive_int_env
 from textclf.cpu import this_cpu, vnni_differs
 from textclf.data.tokenizing import RustTokenizer, encode_texts
-from textclf.inference.frames import answered_frame, check_texts, sorted_batches
+from textclf.inference.base import TextPredictor
+from textclf.inference.frames import check_texts, sorted_batches
 from textclf.inference.pooling import pool_logits
-from textclf.model.calibration import Calibration, Review, from_dict, no_calibration, review_for
+from textclf.model.calibration import Calibration, from_dict, no_calibration
 from textclf.model.checksums import how_to_restore, verify_folder
 from textclf.model.exported import EXPORT_FILE, TOKENIZER_FILE, read_export
 
@@ -70,7 +70,7 @@ def softmax(logits: np.ndarray) -> np.ndarray:
     return shifted / shifted.sum(axis=1, keepdims=True)
 
 
-class OnnxPredictor:
+class OnnxPredictor(TextPredictor):
     def __init__(self, export_dir: str | Path, batch_size: int = 32):
         export_dir = Path(export_dir)
         # before each file is parsed, the files this load reads (not a fallback ONNX file beside)
@@ -94,7 +94,6 @@ class OnnxPredictor:
             self.calibration = from_dict(meta["calibration"], str(export_dir / EXPORT_FILE))
         elif self.thresholds is None:
             no_calibration(export_dir)
-        self.review: Review | None = None
         self.where = str(export_dir)
         self.tokenizer = RustTokenizer(export_dir / TOKENIZER_FILE)
         self.session = session(export_dir / meta["file"])
@@ -129,11 +128,3 @@ class OnnxPredictor:
         enc = encode_texts(self.tokenizer, texts, self.max_length, self.truncation, self.stride)
         probs = self.proba_of_ids(enc.ids, enc.owner)  # raw: what evaluate checks against PyTorch
         return probs if self.calibration is None else self.calibration.apply(probs).astype(np.float32)
-
-    def set_review(self, coverage: float | None, review_below: float) -> None:
-        """Answer with prediction sets at `coverage` and the needs_review flag (serve.*)."""
-        self.review = review_for(self.calibration, coverage, review_below, self.where,
-                                 multilabel=self.thresholds is not None)
-
-    def predict(self, texts: list[str]) -> pd.DataFrame:
-        return answered_frame(self.predict_proba(list(texts)), self.labels, self.thresholds, self.review)

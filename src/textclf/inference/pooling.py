@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from textclf.common import UserError
+from textclf.errors import UserError
 
 POOLINGS = ("mean", "max")
 

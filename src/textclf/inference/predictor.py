@@ -7,18 +7,18 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from textclf.data.tokenizing import encode_texts
-from textclf.inference.frames import answered_frame, check_texts
+from textclf.inference.base import TextPredictor
+from textclf.inference.frames import check_texts
 from textclf.inference.proba import inference_device, predict_proba
-from textclf.common import UserError
-from textclf.model.calibration import Review, load as load_calibration, review_for
+from textclf.errors import UserError
+from textclf.model.calibration import load as load_calibration
 from textclf.model.modeling import (folder_params, is_multilabel_model, load_classifier, load_thresholds,
                                     load_tokenizer, pad_id)
 
 
-class Predictor:
+class Predictor(TextPredictor):
     """Tokenizes as the model was trained (max_length, truncation, stride from its params.json)
     and returns per-class probabilities, in batches sorted by length; with chunks each text's
     windows' logits are pooled by the model's chunk_pooling, as evaluate pools them. A
@@ -38,7 +38,6 @@ class Predictor:
         self.thresholds = load_thresholds(model_dir, self.labels) if is_multilabel_model(self.model) else None
         # single-label: the temperature fitted on validation (None: saved before models had one)
         self.calibration = None if self.thresholds is not None else load_calibration(model_dir)
-        self.review: Review | None = None
         self.where = str(model_dir)
         self.batch_size = batch_size
         self.device, self.mixed = inference_device()
@@ -53,11 +52,3 @@ class Predictor:
                               self.mixed, owner=enc.owner, pooling=self.chunk_pooling,
                               multilabel=self.thresholds is not None)  # (N, C)
         return probs if self.calibration is None else self.calibration.apply(probs).astype(np.float32)
-
-    def set_review(self, coverage: float | None, review_below: float) -> None:
-        """Answer with prediction sets at `coverage` and the needs_review flag (serve.*)."""
-        self.review = review_for(self.calibration, coverage, review_below, self.where,
-                                 multilabel=self.thresholds is not None)
-
-    def predict(self, texts: list[str]) -> pd.DataFrame:
-        return answered_frame(self.predict_proba(list(texts)), self.labels, self.thresholds, self.review)

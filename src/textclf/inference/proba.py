@@ -14,7 +14,7 @@ from tqdm.auto import tqdm
 from textclf.inference.frames import sorted_batches
 from textclf.inference.pooling import pool_logits
 from textclf.model.batching import Collator
-from textclf.common import UserError
+from textclf.errors import UserError
 
 log = logging.getLogger(__name__)
 

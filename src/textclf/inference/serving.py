@@ -22,8 +22,8 @@ from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
 
 import textclf
 
-from textclf.common import UserError, positive_int_env
-from textclf.inference.frames import TextPredictor
+from textclf.errors import UserError, positive_int_env
+from textclf.inference.base import TextPredictor
 from textclf.inference.rows import table_answers
 from textclf.model.exported import BLEND_KEY, read_export
 

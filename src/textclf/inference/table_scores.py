@@ -24,7 +24,8 @@ import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
-from textclf.common import UserError, atomic_path, open_parquet
+from textclf.errors import UserError
+from textclf.files import atomic_path, open_parquet
 from textclf.inference.frames import PROB_PREFIX
 from textclf.inference.rows import Scorer, Skip, scored
 

@@ -14,7 +14,8 @@ from torch.utils.data import Dataset, Sampler
 
 from textclf.data.labelsets import is_multilabel, labels_of
 from textclf.data.tokens import TokenIds
-from textclf.common import UserError, open_parquet
+from textclf.errors import UserError
+from textclf.files import open_parquet
 
 # Batches are formed inside windows of this many batches, sorted by length there:
 # enough to group lengths well, small enough to keep the epoch order random.

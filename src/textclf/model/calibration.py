@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from textclf.common import UserError
+from textclf.errors import UserError
 from textclf.coverage import too_few
 
 log = logging.getLogger(__name__)

@@ -10,7 +10,8 @@ import logging
 from pathlib import Path, PurePosixPath
 from typing import Iterable
 
-from textclf.common import UserError, read_json, write_json
+from textclf.errors import UserError
+from textclf.files import read_json, write_json
 from textclf.model.exported import EXPORT_FILE
 
 log = logging.getLogger(__name__)

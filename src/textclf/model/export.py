@@ -10,7 +10,7 @@ in its batch (measured: exactly; SAME_ANSWER_ATOL): int8 quantizes each token ro
 with its own scale (model/quantize.py), and keeps the float32 file beside it: on many classes
 with small margins (Debian's fortunes, 42 classes) no int8 variant measured reached
 serve.min_agreement, and the export stage's check then keeps float32 rather than PyTorch
-(evaluate.export_calibration: decided on validation, so every path loads the same format).
+(export.check: decided on validation, so every path loads the same format).
 """
 from __future__ import annotations
 
@@ -25,7 +25,8 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 
-from textclf.common import UserError, atomic_path, read_json, write_json
+from textclf.errors import UserError
+from textclf.files import atomic_path, read_json, write_json
 from textclf.config import load_params
 from textclf.model.calibration import load as load_calibration
 from textclf.model.checksums import verify_folder, write_checksums
@@ -77,8 +78,8 @@ def export_model(model_dir: str | Path, out_dir: str | Path, fmt: str, review: d
     export.json, which says so. `review` ({coverage, review_below}: serve.*) is recorded as
     export.json's `review`: every path that loads the folder answers with it. A single-label
     model's calibration is the PyTorch model's, unless `calibrate(folder, export.json)` (the
-    export stage's: textclf.evaluate.export_calibration) rewrites it as each format's own.
-    `check(folder, export.json)` (the export stage's: export_calibration.export_check) keeps
+    export stage's: textclf.export.check) rewrites it as each format's own.
+    `check(folder, export.json)` (the export stage's: export.check.export_check) keeps
     the format that passes its check on validation, calibrated, and records it as `format`:
     what every path loads. Written atomically -> export.json."""
     model_dir = Path(model_dir)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from textclf.common import UserError, read_json
+from textclf.errors import UserError
+from textclf.files import read_json
 
 EXPORT_FILE = "export.json"
 ONNX_FILES = {"onnx": "model.onnx", "onnx-int8": "model.int8.onnx"}  # serve.format -> file

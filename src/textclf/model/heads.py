@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from textclf.common import UserError
+from textclf.errors import UserError
 
 POOLINGS = ("pooler", "cls", "mean")
 

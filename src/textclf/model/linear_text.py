@@ -19,7 +19,7 @@ from scipy.special import expit
 from sklearn.feature_extraction.text import HashingVectorizer, TfidfVectorizer
 from sklearn.preprocessing import normalize
 
-from textclf.common import UserError
+from textclf.errors import UserError
 from textclf.model.exported import BASELINE_FILES
 
 LINEAR_JSON, LINEAR_WEIGHTS = BASELINE_FILES

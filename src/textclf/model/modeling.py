@@ -19,7 +19,8 @@ from textclf.config import ModelParams, TokenizeParams, params_file, parse_secti
 from textclf.model.calibration import Calibration, save as save_calibration
 from textclf.model.checksums import verify_folder, write_checksums
 from textclf.model.heads import PooledClassifier, SequenceClassifier, TextCNNClassifier
-from textclf.common import UserError, read_json, write_json
+from textclf.errors import UserError
+from textclf.files import read_json, write_json
 from textclf.model_source import hub_offline, not_found, resolve_model_name
 
 HEAD_FILE = "head.safetensors"

@@ -5,7 +5,7 @@ import torch
 from torch import nn
 
 from textclf.config import TrainParams
-from textclf.common import UserError
+from textclf.errors import UserError
 from textclf.model.modeling import encoder_param_names
 
 

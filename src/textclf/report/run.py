@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from textclf.common import read_json
+from textclf.files import read_json
 from textclf.evaluate.metrics_file import read_metrics
 from textclf.report.document import Heading, to_html, to_markdown
 from textclf.report.confidence import confidence_section, warning_note

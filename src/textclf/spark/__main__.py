@@ -21,7 +21,8 @@ import logging
 import os
 import time
 
-from textclf.common import UserError, run_stage, setup_logging
+from textclf.errors import UserError
+from textclf.stage import run_stage, setup_logging
 from textclf.inference.loading import load_predictor
 from textclf.inference.model_uri import pinned, pyfunc_folder
 from textclf.inference.serving import TABLE_ENV, TABLE_MODE

@@ -15,7 +15,7 @@ from urllib.parse import urlparse
 
 import pyarrow as pa
 
-from textclf.common import UserError
+from textclf.errors import UserError
 
 CORRUPT = "_corrupt_record"  # Spark's column for a malformed CSV row or JSON line
 MARKER = "_textclf_scored.json"  # written last: a folder without it is not a finished scoring

@@ -18,7 +18,8 @@ from pathlib import Path
 
 from mlflow.tracking import MlflowClient
 
-from textclf.common import UserError, run_stage, setup_logging
+from textclf.errors import UserError
+from textclf.stage import run_stage, setup_logging
 from textclf.config import load_params, params_file
 from textclf.sweep.space import parse_space
 from textclf.sweep.study import finish, left_running, open_study, run_batch, single_worker_lock, storage_url

@@ -8,7 +8,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from textclf.common import UserError
+from textclf.errors import UserError
 from textclf.config import SECTIONS, Params, parse_section
 from textclf.section import hint
 

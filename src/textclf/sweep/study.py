@@ -12,7 +12,7 @@ from pathlib import Path
 import optuna
 from optuna.trial import TrialState
 
-from textclf.common import UserError
+from textclf.errors import UserError
 from textclf.config import SweepParams
 from textclf.sweep.space import Dim
 from textclf.sweep.trials import adopt, judge_all, restored_child

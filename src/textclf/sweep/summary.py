@@ -12,7 +12,7 @@ from pathlib import Path
 import optuna
 from optuna.trial import TrialState
 
-from textclf.common import write_json
+from textclf.files import write_json
 from textclf.sweep.chance import beats
 
 log = logging.getLogger(__name__)

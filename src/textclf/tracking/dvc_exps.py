@@ -12,7 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from textclf.common import UserError
+from textclf.errors import UserError
 
 log = logging.getLogger(__name__)
 POLL_SECONDS = 15  # the longest wait between two `dvc queue status` calls (each about 1 s of CPU)

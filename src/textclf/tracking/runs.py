@@ -17,7 +17,8 @@ from pathlib import Path
 import mlflow
 from mlflow.tracking import MlflowClient
 
-from textclf.common import LAUNCH_ID, file_md5, proc_stat
+from textclf.files import file_md5
+from textclf.processes import LAUNCH_ID, proc_stat
 
 log = logging.getLogger(__name__)
 EXPERIMENT = os.environ.get("MLFLOW_EXPERIMENT_NAME", "textclf")

@@ -16,7 +16,8 @@ import mlflow
 from mlflow.exceptions import RestException
 from mlflow.tracking import MlflowClient
 
-from textclf.common import UserError, read_json
+from textclf.errors import UserError
+from textclf.files import read_json
 from textclf.tracking.runs import EXPERIMENT, conflict_safe, run_exists, tracking_uri, use_experiment
 
 NOISY = ("mlflow.store.db.utils", "urllib3.connectionpool")  # a traceback, a line per retry

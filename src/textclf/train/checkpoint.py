@@ -40,7 +40,9 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
-from textclf.common import UserError, file_md5, interrupt_pending, raise_if_interrupted, read_json, write_json
+from textclf.errors import UserError
+from textclf.files import file_md5, read_json, write_json
+from textclf.signals import interrupt_pending, raise_if_interrupted
 
 log = logging.getLogger(__name__)
 LATEST, STATE, TENSORS, MANIFEST = "latest.json", "trainer_state.json", "states.safetensors", "manifest.json"

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from textclf.common import UserError
+from textclf.errors import UserError
 from textclf.evaluate.metrics import confusion, per_class_scores
 from textclf.data.labelsets import label_sets
 from textclf.data.weights import silent_advice

@@ -39,8 +39,10 @@ from typing import NamedTuple
 import yaml
 
 from textclf.config import load_params
-from textclf.common import (DEBUG_ENV, LAUNCH_ID, Interrupted, UserError, die_with_parent, expected, one_line,
-                            run_stage, setup_logging)
+from textclf.errors import DEBUG_ENV, UserError, expected, one_line
+from textclf.processes import LAUNCH_ID, die_with_parent
+from textclf.signals import Interrupted
+from textclf.stage import run_stage, setup_logging
 from textclf.model_source import resolve_model_name
 from textclf.train.paths import TrainInputs, TrainPaths, stage_inputs
 

@@ -30,7 +30,7 @@ from textclf.train.selection import EpochSelector, validation_scores
 from textclf.config import TrainParams
 from textclf.data.tokens import TokenIds
 from textclf.inference.proba import mixed_precision_here, predict_proba
-from textclf.common import UserError
+from textclf.errors import UserError
 
 log = logging.getLogger(__name__)
 LOG_EVERY = 10  # steps between loss reads: each read is a host sync

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from textclf.common import UserError
+from textclf.errors import UserError
 
 
 @dataclass(frozen=True, kw_only=True)

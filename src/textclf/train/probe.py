@@ -22,7 +22,8 @@ from safetensors.numpy import load_file, save_file
 from sklearn.linear_model import LogisticRegression
 from torch import nn
 
-from textclf.common import UserError, atomic_path
+from textclf.errors import UserError
+from textclf.files import atomic_path
 from textclf.config import Params
 from textclf.inference.pooling import pool_logits
 from textclf.inference.proba import row_outputs

@@ -17,7 +17,8 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
 from textclf.config import TrainParams
-from textclf.common import UserError, expected, write_csv, write_json
+from textclf.errors import UserError, expected
+from textclf.files import write_csv, write_json
 from textclf.tracking.store import QUICK_HTTP, store_calls
 from textclf.train import guards
 

@@ -18,14 +18,15 @@ import mlflow
 import numpy as np
 import pandas as pd
 import torch
-from accelerate import Accelerator
 from accelerate.utils import set_seed
 from torch import nn
 
 from textclf.config import Params, TrainParams, changed_since, flatten, load_params
 from textclf.data.weights import resolve
 from textclf.inference.serving import log_pyfunc
-from textclf.common import UserError, atomic_path, deferred_interrupts, write_csv, write_json
+from textclf.errors import UserError
+from textclf.files import atomic_path, write_csv, write_json
+from textclf.signals import deferred_interrupts
 from textclf.model.batching import Collator, Split, read_token_splits
 from textclf.model.modeling import build_model, encoder_param_names, load_tokenizer, pad_id, save_model
 from textclf.model.policy import apply_policy, describe_groups, find_unused, make_optimizer, param_groups
@@ -34,6 +35,7 @@ from textclf.tracking.runs import (fail_launched_runs, lineage_tags, log_dataset
 from textclf.tracking.store import check_store
 from textclf.train import guards
 from textclf.train.checkpoint import Checkpointer, training_key
+from textclf.train.context import Training
 from textclf.train.launch import (RDZV_FAILED, check_same_inputs, failures_to_launcher, forbid_tracking, is_worker,
                                   launch, rank)
 from textclf.train.loop import Callbacks, TrainJob, fit, make_accelerator
@@ -54,21 +56,6 @@ log = logging.getLogger("train")
 # and evaluate read tokenize and model.chunk_pooling from it, to window and pool as training
 # did); the upstream sections reach the run through the dvc.lock it logs
 LOGGED_SECTIONS = ("tokenize", "model", "train")
-
-
-@dataclass(frozen=True)
-class Training:
-    """What one training holds, on every rank: its paths, params and data, the tokenizer, and
-    what its steps share: the accelerator, the checkpointer (with the checkpoint it found to
-    resume) and the tracker (rank 0's RunLog, NoTracking on the others)."""
-    paths: TrainPaths
-    params: Params
-    splits: dict[str, Split]
-    labels: list[str]
-    tokenizer: PreTrainedTokenizerBase
-    accelerator: Accelerator
-    checkpointer: Checkpointer
-    tracker: Tracker
 
 
 @dataclass(frozen=True)

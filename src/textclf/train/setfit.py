@@ -23,7 +23,8 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
-from textclf.common import Interrupted, UserError, raise_if_interrupted
+from textclf.errors import UserError
+from textclf.signals import Interrupted, raise_if_interrupted
 from textclf.config import Params, check_setfit as check_params
 from textclf.model.batching import Collator
 from textclf.model.heads import PooledClassifier

@@ -3,12 +3,11 @@ for several labels per document, the per-label thresholds tuned on validation.""
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 import numpy as np
 from torch import nn
 
-from textclf.common import write_parquet
+from textclf.files import write_parquet
 from textclf.data.weights import AUTO_RATIO, class_weights, imbalance, positive_weights, resolve
 from textclf.evaluate.multilabel import decide, multilabel_scores, tune_thresholds
 from textclf.inference.frames import judged_frame
@@ -16,9 +15,7 @@ from textclf.inference.proba import predict_proba
 from textclf.model.calibration import Calibration
 from textclf.model.temperature import fit as fit_calibration
 from textclf.model.modeling import pad_id
-
-if TYPE_CHECKING:
-    from textclf.train.run import Training
+from textclf.train.context import Training
 
 log = logging.getLogger("train")
 

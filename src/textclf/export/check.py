@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from textclf.common import read_json, write_json
+from textclf.files import read_json, write_json
 from textclf.config import load_params
 from textclf.cpu import this_cpu
 from textclf.evaluate.blend import choose_blend
