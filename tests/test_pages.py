@@ -14,6 +14,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import optuna
 import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
@@ -370,28 +371,38 @@ def test_the_predict_pages_as_written(reproduced, tmp_path):
 @pytest.mark.slow
 def test_the_experiment_and_sweep_pages_as_written(tmp_path, tiny_random_bert):
     """The README's "Find good hyperparameters", docs/experiments.md's experiment and sweep and
-    docs/sweeps.md in one repo on the tiny BERT (a 3-trial study, 2 at a time): each trial is a
+    docs/sweeps.md in one repo on the tiny BERT (a 2-trial study, both at once): each trial is a
     child of the study's MLflow run, `dvc exp show` names the params it compares in a
     terminal's width (the plain command drew about 2 500 characters and cropped, none of the
     params; issue 55), rerunning a finished study runs nothing more, and the page's
     `dvc exp apply … && dvc exp run -S evaluate.register=true` registers the trial it takes."""
-    repo, _ = sweep_repo(tmp_path, tiny_random_bert, n_trials=3, parallel=2)
+    repo, _ = sweep_repo(tmp_path, tiny_random_bert, n_trials=2, parallel=2)
     done = follow(repo, blocks_of("README.md", "slow") + blocks_of("experiments.md", "slow"), {"COLUMNS": "120"})
     shown = done.out("dvc exp show --drop")
     rows = shown.splitlines()
     assert "train.lr_encoder" in shown and "train.epochs" in shown and max(map(len, rows)) <= 120, shown
     assert any("5e-05" in row.split() and "4" in row.split() for row in rows), shown
     found = json.loads((repo / "reports" / "sweep.json").read_text())
-    assert len(found["trials"]) == 3 and found["complete"] + found["failed"] == 3
+    assert len(found["trials"]) == 2 and found["complete"] + found["failed"] == 2
+    assert len(optuna.load_study(study_name="lr", storage=f"sqlite:///{repo / '.sweep' / 'optuna.db'}")
+               .get_trials()) == 2  # the pages' second and third sweep found the study complete
+    listed = dvc(repo, "exp", "show", "--json", "--all-commits")
+    assert all(f'"{t["experiment"]}"' in listed for t in found["trials"])
+    assert "| trial | experiment | train.lr_encoder |" in (repo / "reports" / "sweep.md").read_text()
     client = MlflowClient(f"sqlite:///{repo / 'mlflow.db'}")
     parent = client.search_runs([client.get_experiment_by_name("textclf").experiment_id],
                                 filter_string="tags.`sweep.parent` = 'true'")
     assert len(parent) == 1, "the study ran again"
     for trial in found["trials"]:
         assert client.get_run(trial["run_id"]).data.tags["mlflow.parentRunId"] == parent[0].info.run_id
+        assert (trial["state"] == "fail") == (trial["reason"] is not None)
     assert found["best"], found  # the tiny BERT's trials learn
-    follow(repo, blocks_of("sweeps.md", "slow"), {"COLUMNS": "120"}, edits={"lr-t7": found["best"]["experiment"]})
-    assert len(client.search_model_versions()) == 1  # trials register none; the one taken is
+    best = next(t for t in found["trials"] if t["trial"] == found["best"]["trial"])
+    assert best["state"] == "complete" and parent[0].data.metrics["best_val_macro_f1"] == best["value"]
+    before = {v.run_id for v in client.search_model_versions()}  # the README's experiment's
+    assert not before & {t["run_id"] for t in found["trials"]}  # trials register none
+    follow(repo, blocks_of("sweeps.md", "slow"), {"COLUMNS": "120"}, edits={"lr-t7": best["experiment"]})
+    assert {v.run_id for v in client.search_model_versions()} - before == {best["run_id"]}  # the one taken is
 
 
 @pytest.mark.slow
