@@ -8,7 +8,6 @@ import os
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -19,9 +18,8 @@ from textclf.config import EvaluateParams
 from textclf.evaluate.champion import Challenge, common_set, judge
 from textclf.tracking.registry import HISTORY_TAG, SPLIT_TAG, register
 
-from conftest import (GIT_ENV, REPO, copy_repo, dvc, git, ingest_tokenize_split, run_baseline, run_evaluate, run_train,
+from conftest import (REPO, copy_repo, dvc, git, ingest_tokenize_split, run_baseline, run_evaluate, run_train,
                       write_params)
-from test_pages import READER_PATH, with_venv
 from test_pipeline import ran
 from test_registry import PASS, logged_runs
 
@@ -203,56 +201,6 @@ def test_data_under_dvc_grows_is_diffed_and_rolls_back_without_training(tmp_path
     dvc(repo, "checkout")
     assert model_md5(repo) == v1_model  # the first model's weights, bit for bit
     assert ran(dvc(repo, "repro")) == set()  # ... and nothing trains
-
-
-def page_block(page: Path, heading: str) -> list[str]:
-    """The command lines of the first ```bash block under `heading` of a docs page."""
-    text = page.read_text(encoding="utf-8").split(f"\n{heading}\n", 1)[1]
-    block = text.split("```bash\n", 1)[1].split("```", 1)[0]
-    return [line for line in block.splitlines() if line.strip()]
-
-
-@pytest.mark.slow
-def test_the_data_versions_recipe_as_written_diffs_and_rolls_back_without_a_stage(tmp_path, tiny_random_bert):
-    """Issue 55: docs/data_versions.md's recipe committed dvc.lock but not the git-tracked
-    outputs DVC leaves (data/interim/ingest_report.json among them): datadiff between the tags
-    read a stale ingest report and lost why a document was dropped, and the rollback's
-    `dvc repro` re-ran evaluate, labels and report and moved `challenger`. Each line of the
-    page's block runs as written (new rows, with a near-copy under another class, where the
-    page says they arrive)."""
-    repo = copy_repo(tmp_path / "repo")
-    raw = repo / "data" / "raw"
-    shutil.copytree(REPO / "data" / "sample", raw)
-    write_params(repo / "params.yaml", ingest={"source": "data/raw", "near_duplicates": {"conflicts": "drop"}},
-                 tokenize={"max_length": 64}, model={"name": str(tiny_random_bert)},
-                 train={"epochs": 2, "lr_head": 1e-2})
-    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
-    env.update(GIT_ENV, PATH=READER_PATH, PYTHONPATH=str(REPO / "src"))  # a reader's shell: the page activates
-    activate, *lines = page_block(REPO / "docs" / "data_versions.md", "## Versioning the raw data")
-    assert activate.split("#")[0].strip() == "source .venv/bin/activate"
-    with_venv(repo)
-    client, out, victim = MlflowClient(f"sqlite:///{repo / 'mlflow.db'}"), {}, None
-    for line in lines:
-        if line.startswith("# ... new rows arrive"):
-            for rel, text in NEW_DOCS.items():
-                (raw / rel).write_text(text + "\n", encoding="utf-8")
-            victim = sorted((raw / "business").iterdir())[0]  # its near-copy under sport: both dropped
-            words = victim.read_text(encoding="utf-8").split()
-            words[len(words) // 2] = "indeed"
-            (raw / "sport" / "near_copy.txt").write_text(" ".join(words) + "\n", encoding="utf-8")
-            continue
-        if line.startswith("git checkout"):
-            challenger = client.get_model_version_by_alias("textclf", "challenger").version
-        done = subprocess.run(["bash", "-c", f"{activate}\n{line}"], cwd=repo, env=env, capture_output=True, text=True)
-        assert done.returncode == 0, f"{line}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
-        out[line.split("#")[0].strip()] = done.stdout + done.stderr
-    assert victim is not None, "the page's block no longer says where new rows arrive"
-    shown = out["python -m textclf.datadiff data-v1 data-v2"]
-    assert "5 added, 1 removed, 0 relabelled, 0 edited" in shown
-    assert (f"{victim.relative_to(raw).as_posix()} (dropped at ingest: near_duplicate_conflict with "
-            "sport/near_copy.txt)") in shown
-    assert ran(out["dvc repro"]) == set(), out["dvc repro"]  # the rollback's: nothing runs ...
-    assert client.get_model_version_by_alias("textclf", "challenger").version == challenger  # ... or moves
 
 
 def test_raw_data_stays_out_of_git_and_dvc_add_tracks_it(tmp_path):

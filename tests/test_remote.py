@@ -1,13 +1,12 @@
-"""A DVC remote a teammate pulls from: the pipeline's cache and run-cache pushed to a local-path
-remote, a fresh `git clone` elsewhere, `dvc pull --run-cache`, and nothing has to run again."""
+"""What a DVC remote must carry for a teammate's pull to run nothing again. The pull itself, from
+a local-path remote into a fresh `git clone`, is docs/team_setup.md's blocks, run from the page by
+`test_pages.py::test_team_setup_a_teammate_pulls_and_nothing_runs_as_written`."""
 import re
-import shutil
 import subprocess
-from pathlib import Path
 
 import yaml
 
-from conftest import REPO, dvc, git
+from conftest import REPO
 
 UP_TO_DATE = "Data and pipelines are up to date."
 
@@ -38,34 +37,3 @@ def test_train_can_be_restored_from_a_pulled_run_cache():
     """DVC keeps no run-cache entry for a stage with a `cache: false` out, and `dvc push
     --run-cache` does not push uncached metrics or plots: a clone could not restore train."""
     assert uncached(STAGES["train"]) == []
-
-
-def test_a_teammate_pulls_and_nothing_runs_again(reproduced, tmp_path):
-    src, _ = reproduced
-    origin, remote, clone = tmp_path / "origin", tmp_path / "remote", tmp_path / "teammate"
-    # A copy, so that this test's commits stay out of the shared repo; its MLflow store is local
-    # state that no remote carries, so it is left behind.
-    shutil.copytree(src, origin, symlinks=True,
-                    ignore=shutil.ignore_patterns("mlflow.db", "mlruns", "tmp"))
-    assert ran(dvc(origin, "repro")) == set()  # the shared repo is as `reproduced` left it
-    dvc(origin, "remote", "add", "-d", "store", str(remote))
-    git(origin, "add", "-A")
-    git(origin, "commit", "-qm", "pipeline results and the team's remote")
-    dvc(origin, "push", "--run-cache")
-
-    git(tmp_path, "clone", "-q", str(origin), str(clone))
-    dvc(clone, "pull", "--run-cache")
-    assert UP_TO_DATE in dvc(clone, "status")
-    out = dvc(clone, "repro")
-    assert ran(out) == set() and UP_TO_DATE in out, out
-    model = Path("models/model/model.safetensors")
-    assert (clone / model).read_bytes() == (origin / model).read_bytes()
-
-    shutil.rmtree(clone / "models")
-    out = dvc(clone, "repro")
-    assert ran(out) == set(), out  # training included: restored from the run-cache
-    assert "Stage 'train' is cached - skipping run, checking out outputs" in out, out
-    assert (clone / model).read_bytes() == (origin / model).read_bytes()
-    assert UP_TO_DATE in dvc(clone, "status")
-    assert git(clone, "status", "--porcelain") == ""  # models/.gitignore restored too
-    assert not (clone / "mlflow.db").exists() and not (clone / "mlruns").exists()

@@ -1,10 +1,10 @@
 """python -m textclf.sweep: the space and its refusals before any training, the study's checks
 (one search per study, one SQLite worker, n_trials in all), trials judged by their guards in a
-real MLflow store, and (slow) a study end to end through real queued DVC experiments on the
-tiny RANDOM BERT (plumbing: which learning rate wins is not the point there)."""
+real MLflow store, and (slow) an interrupted sweep resuming on the tiny RANDOM BERT. A study end
+to end through real queued DVC experiments is docs/sweeps.md's block, run from the page
+(`test_pages.py::test_the_experiment_and_sweep_pages_as_written`)."""
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -140,43 +140,6 @@ def sweep_repo(tmp_path, bert, **sweep) -> tuple:
     env.pop("MLFLOW_TRACKING_URI", None)
     subprocess.run(["git", "commit", "-qam", "sweep"], cwd=repo, check=True, env=env)
     return repo, env
-
-
-@pytest.mark.slow
-def test_a_sweep_end_to_end_through_queued_dvc_experiments(tmp_path, tiny_random_bert):
-    """3 trials, 2 at a time, as real queued DVC experiments: every trial in dvc exp show and in
-    MLflow as a child of the study's run; an alarm trial is never best; rerunning the finished
-    sweep runs nothing more."""
-    repo, env = sweep_repo(tmp_path, tiny_random_bert, n_trials=3, parallel=2)
-    for _ in range(2):  # the second run finds the study complete
-        proc = subprocess.run([sys.executable, "-m", "textclf.sweep"], cwd=repo, env=env,
-                              capture_output=True, text=True, timeout=1500)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-    found = json.loads((repo / "reports" / "sweep.json").read_text())
-    assert len(found["trials"]) == 3 and found["complete"] + found["failed"] == 3
-    shown = dvc(repo, "exp", "show", "--json", "--all-commits")
-    assert all(f'"{t["experiment"]}"' in shown for t in found["trials"])
-    client = MlflowClient(f"sqlite:///{repo / 'mlflow.db'}")
-    parent = client.search_runs([client.get_experiment_by_name("textclf").experiment_id],
-                                filter_string="tags.`sweep.parent` = 'true'")[0]
-    for trial in found["trials"]:
-        tags = client.get_run(trial["run_id"]).data.tags
-        assert tags["mlflow.parentRunId"] == parent.info.run_id and tags["sweep.trial"] == str(trial["trial"])
-        assert (trial["state"] == "fail") == (trial["reason"] is not None)
-    if found["best"]:
-        best = next(t for t in found["trials"] if t["trial"] == found["best"]["trial"])
-        assert best["state"] == "complete" and not (best["reason"] or "").startswith("guard alarm")
-        assert parent.data.metrics["best_val_macro_f1"] == best["value"]
-    assert "| trial | experiment | train.lr_encoder |" in (repo / "reports" / "sweep.md").read_text()
-    assert len(optuna.load_study(study_name="lr", storage=f"sqlite:///{repo / '.sweep' / 'optuna.db'}")
-               .get_trials()) == 3
-    if found["best"]:  # the command sweep.md gives takes the best trial and registers it (trials do not)
-        take = re.search(r"`(dvc exp apply \S+ && dvc exp run -S evaluate.register=true)`",
-                         (repo / "reports" / "sweep.md").read_text()).group(1)
-        assert not client.search_model_versions()
-        proc = subprocess.run(["bash", "-c", take], cwd=repo, env=env, capture_output=True, text=True, timeout=900)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        assert len(client.search_model_versions()) == 1
 
 
 def test_trials_register_no_model_version_unless_told_and_a_sampled_param_is_not_fixed(tmp_path):

@@ -23,7 +23,7 @@ fitted once: a recipe's own train.class_weights does not refit it. `silent`: cla
 >= MIN_TEST test documents at F1 0 where the baseline's is above 0. One JSON line per (corpus,
 recipe) is appended to --out (runs accumulate; the curve's cpu_seconds and validation scores
 where train writes them), a Markdown table is logged, and --plot draws every line of --out
-(benchmarks/recipes_plot.py). FRACTION aims at all of RECIPES in ~15 minutes a corpus on 2 cores:
+(benchmarks/recipes/recipes_plot.py). FRACTION aims at all of RECIPES in ~15 minutes a corpus on 2 cores:
 an estimate from issue 59's pace, not yet measured (see its comment).
 """
 from __future__ import annotations
