@@ -1,6 +1,7 @@
 """Stage baseline: TF-IDF + logistic regression on the same train/test split ->
-reports/baseline.json, its per-document test predictions and the model itself (models/baseline), so every run shows whether
-fine-tuning beat the simple thing (evaluate compares the two document by document). Past
+reports/baseline.json, its per-document test predictions and the model itself
+(data/processed/baseline_model, beside its predictions: deleting models/ refits nothing), so every
+run shows whether fine-tuning beat the simple thing (evaluate compares the two document by document). Past
 baseline.hashing_from training documents: hashed n-grams + SGD (evaluate/baseline.py)."""
 from __future__ import annotations
 
