@@ -11,6 +11,7 @@ sys.path.insert(0, str(REPO / "benchmarks" / "training"))
 import guards as guard_benchmark  # noqa: E402
 
 
+@pytest.mark.slow
 def test_small_guard_benchmark_no_false_alarm_and_every_mistake_caught(tmp_path, monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     monkeypatch.chdir(tmp_path)

@@ -186,6 +186,7 @@ def rare_tech(tmp_path, monkeypatch):
     return tmp_path, p
 
 
+@pytest.mark.slow
 def test_a_rare_class_the_model_ignores_is_a_warning_and_the_weights_are_logged(rare_tech):
     tmp, p = rare_tech
     run_train(p)

@@ -313,6 +313,7 @@ def test_a_near_duplicate_pair_with_two_labels_is_kept_grouped_counted_and_liste
     assert listed.rows[0][:3] == [group, splits["split"].iloc[0], "business/01.txt (business); tech/copy.txt (tech)"]
 
 
+@pytest.mark.slow
 def test_every_fold_fits_the_same_model_type_when_fold_sizes_straddle_hashing_from(caplog):
     """One fitting function, decided once: with baseline.hashing_from between the smallest and
     the largest fold's training size, every fold is judged by the hashed baseline (the largest

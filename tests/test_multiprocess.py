@@ -98,6 +98,7 @@ def sixty_in_training(tmp, prepared_tiny, tiny_no_dropout, monkeypatch) -> None:
     assert len(pd.read_parquet(tmp / "sp.parquet").query("split == 'train'")) == 60
 
 
+@pytest.mark.slow
 def test_two_processes_train_like_one(tmp_path, prepared_tiny, tiny_no_dropout, monkeypatch):
     """60 training documents in global batches of 6: 10 full batches, 3 per process."""
     sixty_in_training(tmp_path, prepared_tiny, tiny_no_dropout, monkeypatch)

@@ -101,6 +101,7 @@ def assert_epochs_logged_once(client, run_id: str) -> None:
         assert [m.step for m in client.get_metric_history(run_id, metric)] == [1, 2, 3], metric
 
 
+@pytest.mark.slow
 def test_sigkill_after_epoch_1_then_rerun_resumes_into_the_same_run(workdir):
     killed = signalled(workdir, "killed", signal.SIGKILL, epoch=1)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
@@ -123,6 +124,7 @@ def test_sigkill_after_epoch_1_then_rerun_resumes_into_the_same_run(workdir):
     assert not (workdir / "killed" / "ckpt").exists()  # removed after success by default
 
 
+@pytest.mark.slow
 def test_sigterm_mid_epoch_checkpoints_ends_the_run_killed_and_resumes(workdir):
     """SIGTERM after step 3 of epoch 2, between two step checkpoints (every 2): the stage
     saves one more at that step, ends the run KILLED and exits 143. Ctrl-C takes the same
@@ -214,6 +216,7 @@ def test_sweep_marks_only_runs_whose_process_is_gone(tmp_path):
     assert list(status.values()) == ["FAILED", "RUNNING", "RUNNING"]
 
 
+@pytest.mark.slow
 def test_store_failing_after_training_keeps_outputs_and_rerun_does_not_retrain(workdir):
     """The model artifact folder cannot be created (a file stands in its way): the stage
     exits 1 in one line, the model folder and curve are written, and after the fix a rerun
@@ -308,6 +311,7 @@ def small_disk(tmp_path):
         subprocess.run(["umount", "-l", str(folder)], check=False)
 
 
+@pytest.mark.slow
 def test_a_full_disk_during_a_save_keeps_the_previous_checkpoint(workdir, small_disk):
     """Epoch 1's checkpoint sits on a disk with room for about one more half: epoch 2's save
     fails. The stage stops in one line, epoch 1's checkpoint stays complete and in charge,

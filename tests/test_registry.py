@@ -163,6 +163,7 @@ def evaluate_run(p, tmp, guards: dict) -> dict:
     return read_metrics(tmp / "metrics.json", tmp / "pc.json")
 
 
+@pytest.mark.slow
 def test_versions_aliases_gate_and_predict_from_champion(prepared):
     tmp, p = prepared
     run_baseline(p)

@@ -47,6 +47,7 @@ def locked_objects(repo: Path) -> set[str]:
     return {f"md5/{out['md5'][:2]}/{out['md5'][2:]}" for out in locked_outs(repo)}
 
 
+@pytest.mark.slow
 def test_a_teammate_pulls_through_s3_and_nothing_runs_again(reproduced, s3, tmp_path):
     """`dvc push --run-cache` to an s3:// remote with `endpointurl`, credentials from the AWS
     variables; a fresh clone with its credentials in `.dvc/config.local` pulls, and neither

@@ -218,6 +218,7 @@ def test_queued_experiments_run_two_at_a_time_on_the_server(served, team):
     assert {"seed-1", "seed-2", "seed-3"} <= names
 
 
+@pytest.mark.slow
 def test_a_stopped_server_fails_train_at_its_start_and_keeps_its_runs(served, team, tmp_path):
     """Stop both servers: train fails in one line naming the URI before any training.
     Start again: PostgreSQL still holds the run logged before. The module's other tests,

@@ -173,6 +173,7 @@ def read_only(tmp_path):
     thaw()
 
 
+@pytest.mark.slow
 def test_sqlite_store_read_only_from_epoch_1_then_rerun_completes_the_run(prepared, read_only, caplog,
                                                                          monkeypatch):
     """Issue 24 item 4: the database's folder turns read-only after epoch 1's checkpoint and
