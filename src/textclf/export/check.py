@@ -26,6 +26,7 @@ from textclf.evaluate.blend import choose_blend
 from textclf.evaluate.format_check import answer_of, chain_result, check_format, torch_proba, truth_of
 from textclf.inference.onnx_predictor import OnnxPredictor
 from textclf.model.batching import Split, read_token_splits
+from textclf.model.calibration import from_dict
 from textclf.model.checksums import write_checksums
 from textclf.model.export import format_folder
 from textclf.model.exported import BLEND_KEY, EXPORT_FILE
@@ -95,16 +96,15 @@ def with_blend(folder: Path, out: dict, validation: Split, splits: str, wanted: 
     why = ("serve.blend is off" if wanted == "off" else
            "the export stage was given no --baseline" if blend is None else
            "a multi-label model (its label sets are cut at thresholds of its own)" if out.get("task") == "multilabel"
-           else "PyTorch serves (the blend serves beside an ONNX format)" if out["format"] == "torch" else None)
-    served = None if why else OnnxPredictor(folder)
-    if served is not None and served.calibration is None:
-        why = "the model has no calibration (train.calibration none)"
-    if why or served is None or served.calibration is None or blend is None:
+           else "PyTorch serves (the blend serves beside an ONNX format)" if out["format"] == "torch" else
+           "the model has no calibration (train.calibration none)" if "calibration" not in out else None)
+    if why or blend is None:
         if wanted != "off":
             log.info("serve.blend: not tried: %s", why)
         return out
-    p_model = served.calibration.apply(served.proba_of_ids(validation.input_ids, validation.owner,
-                                                           desc="blend: validation"))
+    served = OnnxPredictor(folder)
+    calibration = from_dict(out["calibration"], str(folder / EXPORT_FILE))  # the served format's own
+    p_model = calibration.apply(served.proba_of_ids(validation.input_ids, validation.owner, desc="blend: validation"))
     found = choose_blend(folder, p_model, np.asarray(validation.labels), served.labels, validation.doc_ids or [],
                          blend.baseline, blend.corpus, splits)
     out = {**out, "check": {**out["check"], "blend": {k: found[k] for k in ("served", "weight", "validation")}}}
