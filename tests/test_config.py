@@ -51,6 +51,18 @@ def test_exponent_float_string_is_coerced(tmp_path):
     assert params.train.weight_decay == 0.0 and isinstance(params.train.weight_decay, float)
 
 
+def test_a_bare_off_as_dvc_writes_it_is_the_word_off(tmp_path):
+    # `dvc exp run -S ...` rewrites params.yaml in YAML 1.2, where `off` is a word, and writes it
+    # bare; PyYAML (1.1) reads that as false: the CI saw every queued experiment's ingest refuse
+    # "serve.blend=False must be a str".
+    assert load_params(params_file(tmp_path, "serve:\n  blend: off\n")).serve.blend == "off"
+    assert load_params(params_file(tmp_path, "serve:\n  blend: 'off'\n")).serve.blend == "off"
+    with pytest.raises(UserError, match=r"serve\.blend=True was read as a YAML boolean; write one of \['auto', 'off'\]"):
+        load_params(params_file(tmp_path, "serve:\n  blend: on\n"))
+    with pytest.raises(UserError, match=r"train\.scheduler=False was read as a YAML boolean"):
+        load_params(params_file(tmp_path, "train:\n  scheduler: no\n"))
+
+
 @pytest.mark.parametrize("section, key, value", [
     ("train", "epochs", '"three"'),
     ("train", "epochs", "3.5"),

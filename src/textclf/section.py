@@ -65,10 +65,17 @@ def hint(key: str, known: Iterable[str]) -> str:
     return f" Did you mean {close[0]!r}?" if close else f" Known keys: {', '.join(sorted(known))}."
 
 
-def _coerce(section: str, name: str, value: Any, default: Any) -> Any:
+def _coerce(section: str, name: str, value: Any, default: Any, choices: tuple = ()) -> Any:
     """Check a value against the type of its default. YAML reads `5e-5` as a string
-    (YAML 1.1 needs `5.0e-5`), so numeric strings are accepted for float fields."""
+    (YAML 1.1 needs `5.0e-5`), so numeric strings are accepted for float fields. YAML 1.1
+    (PyYAML) reads a bare `off` as false, while DVC's `-S` writes it bare (YAML 1.2 keeps it
+    a word): a choice field that offers "off" takes false as "off"."""
     where = f"params.yaml: {section}.{name}={value!r}"
+    if isinstance(default, str) and isinstance(value, bool):
+        if value is False and "off" in choices:
+            return "off"
+        raise UserError(f"{where} was read as a YAML boolean; write one of {list(choices)}, "
+                        f"quoted if YAML would read it as true or false.")
     if isinstance(default, bool):
         if not isinstance(value, bool):
             raise UserError(f"{where} must be true or false.")
@@ -103,5 +110,5 @@ def parse(cls: type[S], where: str, raw: Any) -> S:
     for key in raw:
         if key not in names:
             raise UserError(f"params.yaml: unknown key {where}.{key}." + hint(key, names))
-    defaults = cls()
-    return cls(**{k: _coerce(where, k, v, getattr(defaults, k)) for k, v in raw.items()})
+    defaults, hints = cls(), get_type_hints(cls)
+    return cls(**{k: _coerce(where, k, v, getattr(defaults, k), get_args(hints[k])) for k, v in raw.items()})
