@@ -78,6 +78,8 @@ def test_a_blended_export_answers_one_way_through_every_path(prepared):
     texts = pd.read_parquet(tmp / "c.parquet").set_index("doc_id").loc[predictions["doc_id"], "text"].tolist()
     cols = [c for c in predictions.columns if c.startswith("prob_")]
     np.testing.assert_allclose(folder.predict(texts)[cols].to_numpy(), predictions[cols].to_numpy(), atol=1e-6)
+    right = metrics["comparison"]["model_only"] + metrics["comparison"]["both_right"]  # the trained model's, beside
+    assert predictions["model_correct"].sum() == right == round(metrics["accuracy"] * len(predictions))  # the served
     logged = mlflow.pyfunc.load_model(metrics["serving"]["model_uri"]).predict(pd.DataFrame({"text": ANSWERED}))
     pd.testing.assert_frame_equal(logged, folder.predict(ANSWERED))
     registered = load_predictor(f"models:/textclf/{metrics['registry']['version']}")

@@ -65,13 +65,18 @@ def test_a_document_tested_by_several_seeds_counts_once_by_its_net_sign():
 
 
 def test_a_seed_outcome_joins_evaluates_two_tables_on_their_documents():
-    model = pd.DataFrame({"doc_id": ["x", "y"], "correct": [True, False]})
+    # `correct` is the served format's (here a blend that got y right), model_correct the trained
+    # model's, which metrics.json compares: the pooled test used the served one and disagreed
+    # with the seeds' own comparisons (CI, test_every_head_through_dvc_experiments)
+    model = pd.DataFrame({"doc_id": ["x", "y"], "correct": [True, True], "model_correct": [True, False]})
     base = pd.DataFrame({"doc_id": ["y", "x"], "label": ["a", "b"], "predicted": ["a", "a"]})
     got = seed_outcomes(model, base).sort_values("doc_id")
     assert got.to_dict("list") == {"doc_id": ["x", "y"], "model_correct": [True, False],
                                    "baseline_correct": [False, True]}
     with pytest.raises(UserError, match="different test documents .1 in one only"):
         seed_outcomes(model, base.iloc[:1])
+    with pytest.raises(UserError, match="no model_correct column .* rerun its evaluate stage"):
+        seed_outcomes(model.drop(columns="model_correct"), base)
     with pytest.raises(UserError, match="one seed has none"):
         pooled_comparison([outcomes([], [], [])])
 

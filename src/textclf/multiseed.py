@@ -22,7 +22,7 @@ import statistics
 import subprocess
 
 from textclf.stage import run_stage
-from textclf.evaluate.pooled import pooled_comparison, pooled_lines, seed_outcomes
+from textclf.evaluate.pooled import NoModelOutcomes, pooled_comparison, pooled_lines, seed_outcomes
 from textclf.tracking.dvc_exps import dvc, experiments, queue, revisions, run_queued
 
 DEFAULT_SEEDS = (0, 1, 2, 3, 4)
@@ -109,12 +109,13 @@ def experiment_outcomes(rev: str):
 
 def pooled_or_none(revs: list[str]) -> dict | None:
     """The pooled test over the experiments at `revs`; None, with a warning, when one's
-    predictions are not in the DVC cache (an experiment from before they were outputs, or gc'd)."""
+    predictions are not in the DVC cache (an experiment from before they were outputs, or gc'd)
+    or lack the trained model's outcome (evaluate before 2026-12-07)."""
     from dvc.exceptions import DvcException
 
     try:
         return pooled_comparison([experiment_outcomes(rev) for rev in revs])
-    except (OSError, DvcException) as err:
+    except (OSError, DvcException, NoModelOutcomes) as err:
         log.warning("no pooled test: an experiment's test predictions cannot be read (%s)", err)
         return None
 

@@ -24,16 +24,26 @@ from textclf.evaluate.comparison import BETTER, NO_DIFFERENCE, WORSE, mcnemar_ex
 COLUMNS = ("doc_id", "model_correct", "baseline_correct")
 
 
+class NoModelOutcomes(UserError):
+    """An experiment's predictions without the trained model's outcome (evaluate before 2026-12-07)."""
+
+
 def seed_outcomes(model: pd.DataFrame, baseline: pd.DataFrame) -> pd.DataFrame:
-    """One seed's evaluate outputs (test_predictions: doc_id, correct; baseline_predictions:
-    doc_id, label, predicted) -> doc_id, model_correct, baseline_correct, on the same documents."""
+    """One seed's evaluate outputs (test_predictions: doc_id, model_correct; baseline_predictions:
+    doc_id, label, predicted) -> doc_id, model_correct, baseline_correct, on the same documents.
+    model_correct is the trained model's outcome, which each seed's metrics.json compares; the
+    file's `correct` is the served format's (a blend with the baseline, an int8 export), which
+    may answer otherwise."""
+    if "model_correct" not in model:
+        raise NoModelOutcomes("an experiment's test_predictions.parquet has no model_correct column (written by "
+                        "evaluate since 2026-12-07): rerun its evaluate stage to pool it.")
     base = baseline.assign(baseline_correct=baseline["label"] == baseline["predicted"])
-    joined = model[["doc_id", "correct"]].merge(base[["doc_id", "baseline_correct"]], on="doc_id", how="outer",
+    joined = model[["doc_id", "model_correct"]].merge(base[["doc_id", "baseline_correct"]], on="doc_id", how="outer",
                                                 indicator=True)
     if (joined["_merge"] != "both").any():
         raise UserError(f"model and baseline were scored on different test documents "
                         f"({int((joined['_merge'] != 'both').sum())} in one only): rerun evaluate.")
-    return joined.rename(columns={"correct": "model_correct"})[list(COLUMNS)].astype(
+    return joined[list(COLUMNS)].astype(
         {"model_correct": bool, "baseline_correct": bool})
 
 

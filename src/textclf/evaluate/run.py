@@ -184,6 +184,9 @@ def score_test(paths: EvaluatePaths, params, model, labels: list[str], threshold
                                           params.serve, paths.export)
     else:
         predictions = model_frame
+    # the trained model's outcome beside the served one: multiseed pools it, as each seed's
+    # metrics compare it (the served blend or int8 export may answer otherwise)
+    predictions = predictions.assign(model_correct=model_frame["correct"].to_numpy())
     if thresholds is not None:
         metrics, confusion = multilabel_results(y_true, probs, thresholds, labels)
     else:
