@@ -214,7 +214,9 @@ def test_report_stage_shows_label_issues_and_logs_them_into_the_training_run(tmp
     val, test = pd.read_parquet(tmp_path / "vp.parquet"), pd.read_parquet(tmp_path / "pred.parquet")
     splits = pd.read_parquet(tmp_path / "sp.parquet")
     # train writes evaluate's columns, less the served sets and flag (validation calibrates them)
-    assert list(val.columns) == [c for c in test.columns if c not in ("labels", "set_size", "needs_review")]
+    # and the trained model's outcome beside the served one's (multiseed's)
+    assert list(val.columns) == [c for c in test.columns
+                                 if c not in ("labels", "set_size", "needs_review", "model_correct")]
     assert sorted(val["doc_id"]) == sorted(splits.loc[splits["split"] == "validation", "doc_id"])
     table = pd.read_parquet(tmp_path / "li.parquet")
     judged = table.groupby("split")["judged_by"].agg(set).to_dict()

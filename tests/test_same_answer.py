@@ -222,8 +222,15 @@ def test_a_training_folder_answers_with_the_default_review_and_says_so(tiny_trai
     assert predictor.review.to_config() == {"coverage": ServeParams.coverage, "review_below": ServeParams.review_below}
     assert f"{folder} records no review" in caplog.text and len(caplog.records) == 1
     assert set(COLUMNS) <= set(predictor.predict(TEXTS[:2]).columns)
-    assert load_predictor(str(folder), coverage=0.3).review.to_config() == {
-        "coverage": 0.3, "review_below": ServeParams.review_below}
+    caplog.clear()
+    with caplog.at_level("WARNING"):  # a flag is no default: the line named both, "the defaults"
+        assert load_predictor(str(folder), coverage=0.3).review.to_config() == {
+            "coverage": 0.3, "review_below": ServeParams.review_below}
+        assert f"answering with serve.review_below {ServeParams.review_below}, the default; --review-below overrides" \
+            in caplog.text and "serve.coverage" not in caplog.text
+        caplog.clear()
+        load_predictor(str(folder), coverage=0.3, review_below=0.2)
+    assert not caplog.records
 
 
 def test_the_folders_review_wins_and_a_disagreeing_one_is_refused(served, tiny_trained):

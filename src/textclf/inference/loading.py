@@ -46,27 +46,31 @@ def folder_predictor(folder: str | Path, batch_size: int = 32, logged: dict | No
         from textclf.inference.predictor import Predictor  # torch loads only here
 
         predictor = Predictor(folder, batch_size)
-    recorded = recorded_review(folder, logged)
-    predictor.set_review(recorded["coverage"] if coverage is None else coverage,
-                         recorded["review_below"] if review_below is None else review_below)
+    given = {"coverage": coverage, "review_below": review_below}
+    recorded = recorded_review(folder, logged, missing=[k for k, v in given.items() if v is None])
+    predictor.set_review(*(recorded[k] if v is None else v for k, v in given.items()))
     return predictor
 
 
-def recorded_review(folder: Path, logged: dict | None = None) -> dict:
+def recorded_review(folder: Path, logged: dict | None = None,
+                    missing: list[str] | tuple[str, ...] = ("coverage", "review_below")) -> dict:
     """The folder's decisions {coverage, review_below}: export.json's `review` (written by the
     export stage from serve.*, and kept in the logged model's copy); else, for a PyTorch model
     logged by evaluate or an ONNX one logged before exports carried it, the pyfunc's
     model_config (`logged`); else (a training folder, an older export) serve.*'s documented
-    defaults, said in one line. The folder's wins over model_config: it is covered by the
-    folder's checksums, and evaluate writes model_config only where the folder has none."""
+    defaults, said in one line naming those of `missing` (not given by a flag). The folder's
+    wins over model_config: it is covered by the folder's checksums, and evaluate writes
+    model_config only where the folder has none."""
     if (folder / EXPORT_FILE).is_file():
         review = read_export(folder).get("review")
         if review is not None:
             return review
     if logged and "coverage" in logged:
         return {"coverage": logged["coverage"], "review_below": logged["review_below"]}
-    log.warning("%s records no review (a training folder, or an export from before exports carried "
-                "one): answering with serve.coverage %s and serve.review_below %s, the defaults; "
-                "--coverage / --review-below override them", folder, ServeParams.coverage,
-                ServeParams.review_below)
-    return {"coverage": ServeParams.coverage, "review_below": ServeParams.review_below}
+    defaults = {"coverage": ServeParams.coverage, "review_below": ServeParams.review_below}
+    if missing:  # a flag given is no default: the line names only what is
+        log.warning("%s records no review (a training folder, or an export from before exports carried one): "
+                    "answering with %s, the default%s; %s override%s", folder,
+                    " and ".join(f"serve.{k} {defaults[k]}" for k in missing), "s" if len(missing) > 1 else "",
+                    " / ".join(f"--{k.replace('_', '-')}" for k in missing), "" if len(missing) > 1 else "s")
+    return defaults
