@@ -2,7 +2,8 @@
 exact point, for the recovery tests: the tiny model trains too fast to aim a signal from
 outside. Usage: python tests/signalled_train.py SIGNAL EPOCH STEP -- <train stage args>.
 STEP 0: right after epoch EPOCH's checkpoint is saved; STEP > 0: right after optimizer
-step STEP of epoch EPOCH, before the stage's own after-step checkpoint logic runs."""
+step STEP of epoch EPOCH, before the stage's own after-step checkpoint logic runs; STEP -1:
+before the first batch of epoch EPOCH's validation."""
 import os
 import signal
 import sys
@@ -17,8 +18,9 @@ from textclf.stage import run_stage  # noqa: E402
 def at(points: set[tuple[int, int]], action) -> None:
     """Call action(epoch, step) at each point (epoch, step) of the training: step 0 right after
     the epoch's checkpoint is saved, step > 0 right after that optimizer step, before the
-    stage's own after-step checkpoint logic runs. (tests/paused_train.py uses it too.)"""
-    after_step, after_epoch = Checkpointer.after_step, Checkpointer.after_epoch
+    stage's own after-step checkpoint logic runs, step -1 before each batch of the epoch's
+    validation. (tests/paused_train.py uses it too.)"""
+    after_step, after_epoch, during = Checkpointer.after_step, Checkpointer.after_epoch, Checkpointer.during_validation
 
     def on_step(self, accelerator, e, s, loss_sum):
         if s and (e, s) in points:
@@ -30,7 +32,12 @@ def at(points: set[tuple[int, int]], action) -> None:
         if (e, 0) in points:
             action(e, 0)
 
-    Checkpointer.after_step, Checkpointer.after_epoch = on_step, on_epoch
+    def on_validation(self, accelerator, e, s, loss_sum):
+        if (e, -1) in points:
+            action(e, -1)
+        during(self, accelerator, e, s, loss_sum)
+
+    Checkpointer.after_step, Checkpointer.after_epoch, Checkpointer.during_validation = on_step, on_epoch, on_validation
 
 
 def aim(sig: signal.Signals, epoch: int, step: int) -> None:

@@ -149,6 +149,23 @@ def test_sigterm_mid_epoch_checkpoints_ends_the_run_killed_and_resumes(workdir):
     assert_same_as_reference(workdir, name)
 
 
+@pytest.mark.slow
+def test_a_signal_during_validation_stops_the_pass_and_the_resumed_epoch_validates_again(workdir):
+    """SIGINT while epoch 2 validates: the pass stops at its next batch (it ran to its end, minutes
+    on a large validation split, before the stage stopped; issue 60), the checkpoint holds epoch
+    2's steps, and the resumed training validates epoch 2 again and ends as the uninterrupted one."""
+    name, sig = "validating", signal.SIGINT
+    proc = signalled(workdir, name, sig, epoch=2, step=-1)
+    assert proc.returncode == 128 + sig, proc.stderr[-3000:]
+    assert f"interrupted by {sig.name}" in proc.stderr and "Traceback" not in proc.stderr
+    latest = json.loads((workdir / name / "ckpt" / "latest.json").read_text())
+    assert latest["epoch"] == 1 and latest["step"] > 0, latest  # epoch 2's steps; was (2, 0): validated
+    assert pd.read_csv(workdir / name / "curve.csv")["epoch"].tolist() == [1]
+    log = finish(workdir, name)
+    assert f"epoch 1 done, step {latest['step']} of the next" in log
+    assert_same_as_reference(workdir, name)
+
+
 def test_a_changed_param_discards_the_checkpoint(workdir, caplog, monkeypatch):
     caplog.set_level(logging.INFO, logger="textclf.train.checkpoint")
     monkeypatch.chdir(workdir)

@@ -5,6 +5,7 @@ model all call predict_proba, so the attention mask cannot be dropped at eval ti
 from __future__ import annotations
 
 import logging
+from typing import Callable
 
 import numpy as np
 import torch
@@ -67,20 +68,22 @@ def inference_device(precision: str = "auto") -> tuple[torch.device, str]:
 @torch.inference_mode()
 def predict_proba(model: nn.Module, input_ids: list[list[int]], batch_size: int, pad_id: int,
                   device: torch.device, mixed: str = "no", owner: np.ndarray | None = None,
-                  pooling: str = "mean", multilabel: bool = False, desc: str = "") -> np.ndarray:
+                  pooling: str = "mean", multilabel: bool = False, desc: str = "",
+                  each_batch: Callable[[], None] | None = None) -> np.ndarray:
     """Class probabilities (N, C) in input order, with bf16 autocast when mixed == "bf16";
     `multilabel`: each label's own probability (sigmoid), not a distribution over classes.
     Validation and evaluation both use this one forward path, so the attention mask cannot
     be dropped at eval time. With `owner` (tokenize.truncation chunks: the document of each
     row), a document's probabilities are the softmax of its rows' logits pooled by `pooling`
     (model.chunk_pooling) -> (documents, C). `desc` names a progress bar (validation, test:
-    minutes on a large split); "" shows none (a served request)."""
+    minutes on a large split); "" shows none (a served request). `each_batch` is called before
+    each batch (training's validation: a signal stops the pass there)."""
     activation = activate_sigmoid if multilabel else activate_softmax
     if owner is not None:
-        pooled = pool_logits(row_outputs(model, input_ids, batch_size, pad_id, device, mixed, None, desc),
-                             owner, pooling)
+        pooled = pool_logits(row_outputs(model, input_ids, batch_size, pad_id, device, mixed, None, desc,
+                                         each_batch), owner, pooling)
         return activation(torch.from_numpy(pooled)).numpy()
-    return row_outputs(model, input_ids, batch_size, pad_id, device, mixed, activation, desc)
+    return row_outputs(model, input_ids, batch_size, pad_id, device, mixed, activation, desc, each_batch)
 
 
 def activate_softmax(logits: torch.Tensor) -> torch.Tensor:
@@ -93,7 +96,8 @@ def activate_sigmoid(logits: torch.Tensor) -> torch.Tensor:
 
 @torch.inference_mode()
 def row_outputs(model: nn.Module, input_ids: list[list[int]], batch_size: int, pad_id: int,
-                device: torch.device, mixed: str, activation, desc: str = "") -> np.ndarray:
+                device: torch.device, mixed: str, activation, desc: str = "",
+                each_batch: Callable[[], None] | None = None) -> np.ndarray:
     """(N, C) probabilities (`activation` of the float32 logits) or, with None, the logits of
     every row, in input order; a progress bar named `desc` unless it is ""."""
     was_training = model.training
@@ -102,6 +106,8 @@ def row_outputs(model: nn.Module, input_ids: list[list[int]], batch_size: int, p
     lengths = [len(s) for s in input_ids]
     out: list = [None] * len(input_ids)  # (C,) rows, filled batch by batch
     for idx in tqdm(sorted_batches(lengths, batch_size), desc=desc, disable=not desc, leave=False, unit="batch"):
+        if each_batch is not None:
+            each_batch()
         batch = collate([(input_ids[i], -1) for i in idx])
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=mixed == "bf16"):
             logits = model(batch["input_ids"].to(device), batch["attention_mask"].to(device))  # (B, C)

@@ -13,6 +13,7 @@ import math
 import os
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Callable, cast
 
 import numpy as np
@@ -317,7 +318,10 @@ def fit(job: TrainJob) -> nn.Module:
         span = Span(epoch, start.step if resumed else 0, start.loss_sum if resumed else 0.0,
                     left if left < len(loader) else None)
         loss_sum, taken = train_steps(job, scheduler, loader, span)
-        end_epoch(job, epoch, accelerator.reduce(loss_sum, "mean").item() / taken)
+        # a signal during validation stops the pass, saving these steps (Checkpointer.during_validation)
+        stop = None if job.checkpointer is None else partial(job.checkpointer.during_validation, accelerator,
+                                                             epoch, taken, loss_sum)
+        end_epoch(job, epoch, accelerator.reduce(loss_sum, "mean").item() / taken, stop)
     model = accelerator.unwrap_model(model)
     selector.restore(model)
     return model
@@ -327,14 +331,15 @@ def lengths_of(ids: TokenIds | list[list[int]]) -> list[int] | np.ndarray:
     return ids.lengths if isinstance(ids, TokenIds) else [len(s) for s in ids]  # TokenIds: offsets alone
 
 
-def end_epoch(job: TrainJob, epoch: int, train_loss: float) -> None:
-    """Validate; the epoch's row to the selector and to on_epoch; the checkpoint; on_saved.
-    The validation loss stays unweighted, comparable across train.class_weights."""
+def end_epoch(job: TrainJob, epoch: int, train_loss: float, each_batch: Callable[[], None] | None = None) -> None:
+    """Validate (`each_batch` called before each of its batches); the epoch's row to the
+    selector and to on_epoch; the checkpoint; on_saved. The validation loss stays unweighted,
+    comparable across train.class_weights."""
     accelerator, val, callbacks = job.accelerator, job.validation, job.callbacks
     model = accelerator.unwrap_model(job.model)
     probs = predict_proba(model, val.input_ids, job.params.batch_size * 2, job.pad_id, accelerator.device,
                           accelerator.mixed_precision, owner=val.owner, pooling=job.chunk_pooling,
-                          multilabel=val.multilabel, desc=f"validation {epoch}")  # (documents, C)
+                          multilabel=val.multilabel, desc=f"validation {epoch}", each_batch=each_batch)  # (docs, C)
     row = {"epoch": epoch, "train_loss": train_loss, **validation_scores(probs, val),
            # what it cost so far: since the loop began (train.budget_minutes counts it), and the
            # process's CPU time, every thread (benchmarks draw scores against CPU-minutes)
