@@ -17,7 +17,7 @@ dvc exp run -S "ingest.source=$corpus" -n accept 2>&1 | while IFS= read -r line;
   printf '%s %s\n' "$(date +%s)" "$line"; done > "$work/repro.log"
 python - "$work/repro.log" reports/metrics.json <<'PY'
 import json, re, sys
-stamps = [(int(t), rest) for t, _, rest in (l.partition(" ") for l in open(sys.argv[1]))]
+stamps = [(int(t), rest) for t, _, rest in (l.partition(" ") for l in open(sys.argv[1], newline="\n"))]  # tqdm: \r
 starts = [(t, m.group(1)) for t, rest in stamps if (m := re.match(r"Running stage '(\w+)'", rest))]
 for (t, name), (t2, _) in zip(starts, starts[1:] + [(stamps[-1][0], "")]):
     print(f"{name:10s} {(t2 - t) / 60:6.1f} min")
