@@ -61,6 +61,8 @@ def test_a_bare_off_as_dvc_writes_it_is_the_word_off(tmp_path):
         load_params(params_file(tmp_path, "serve:\n  blend: on\n"))
     with pytest.raises(UserError, match=r"train\.scheduler=False was read as a YAML boolean"):
         load_params(params_file(tmp_path, "train:\n  scheduler: no\n"))
+    with pytest.raises(UserError, match=r"sweep\.study=True was read as a YAML boolean; write a string, quoted"):
+        load_params(params_file(tmp_path, "sweep:\n  study: yes\n"))
 
 
 @pytest.mark.parametrize("section, key, value", [

@@ -74,8 +74,9 @@ def _coerce(section: str, name: str, value: Any, default: Any, choices: tuple = 
     if isinstance(default, str) and isinstance(value, bool):
         if value is False and "off" in choices:
             return "off"
-        raise UserError(f"{where} was read as a YAML boolean; write one of {list(choices)}, "
-                        f"quoted if YAML would read it as true or false.")
+        words = f"one of {list(choices)}" if choices else "a string"
+        raise UserError(f"{where} was read as a YAML boolean; write {words}, quoted if YAML would read it "
+                        f"as true or false.")
     if isinstance(default, bool):
         if not isinstance(value, bool):
             raise UserError(f"{where} must be true or false.")
