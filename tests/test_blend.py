@@ -16,6 +16,7 @@ from conftest import BBC, run_baseline, run_evaluate, run_train, write_params
 from test_serving import requirement_pins, third_party_imports
 from textclf.config import BaselineParams
 from textclf.evaluate.baseline import fit_baseline
+from textclf.errors import UserError
 from textclf.evaluate.blend import fit_blend
 from textclf.inference.blend import BlendPredictor
 from textclf.inference.loading import load_predictor
@@ -56,13 +57,15 @@ def test_the_weight_is_chosen_on_validation_and_never_serves_the_model_alone_as_
     assert found["validation"]["blend"]["macro_f1"] > found["validation"]["model"]["macro_f1"]
 
 
-def test_a_blended_export_answers_one_way_through_every_path(prepared):
+@pytest.mark.parametrize("fmt", ["onnx", "torch"])
+def test_a_blended_export_answers_one_way_through_every_path(prepared, fmt):
     """The tiny random BERT is weaker than the demo's baseline: export serves the blend, with
-    the baseline's files under its checksums; evaluate's test predictions, the folder,
-    the logged pyfunc and the registered model give the same numbers; metrics carry the
-    blend's paired verdict; serve.blend: off serves the model alone."""
+    the baseline's files under its checksums (and, where PyTorch serves, a copy of the model);
+    evaluate's test predictions, the folder, the logged pyfunc and the registered model give
+    the same numbers; metrics carry the blend's paired verdict; serve.blend: off serves the
+    model alone."""
     tmp, p = prepared
-    write_params(tmp / "params.yaml", serve={"format": "onnx", "blend": "auto"})  # the fixture's: off
+    write_params(tmp / "params.yaml", serve={"format": fmt, "blend": "auto"})  # the fixture's: off
     run_train(p)
     run_baseline(p)
     run_evaluate(p)
@@ -70,6 +73,7 @@ def test_a_blended_export_answers_one_way_through_every_path(prepared):
     assert meta["check"]["blend"]["served"] and 0 < meta["blend"]["weight"] < 1
     listed = json.loads((tmp / "export" / "checksums.json").read_text())["files"]
     assert {"baseline.json", "baseline.safetensors"} <= set(listed)
+    assert ("model/model.safetensors" in listed) == (fmt == "torch")  # what PyTorch serves the blend with
     metrics = json.loads((tmp / "metrics.json").read_text())
     assert metrics["blend"]["weight"] == meta["blend"]["weight"] and "verdict" in metrics["blend"]["comparison"]
     folder = load_predictor("export")
@@ -94,7 +98,12 @@ def test_a_blended_export_answers_one_way_through_every_path(prepared):
     run_evaluate(p, metrics="off.json")
     assert "blend" not in json.loads((tmp / "export" / "export.json").read_text())
     assert "blend" not in json.loads((tmp / "off.json").read_text())
-    assert not isinstance(load_predictor("export"), BlendPredictor)
+    if fmt == "onnx":
+        assert not isinstance(load_predictor("export"), BlendPredictor)
+    else:  # the model alone serves from models/model: the export folder says so
+        assert not (tmp / "export" / "model").exists()
+        with pytest.raises(UserError, match="the PyTorch model serves"):
+            load_predictor("export")
 
 
 @pytest.mark.slow

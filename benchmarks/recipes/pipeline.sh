@@ -12,6 +12,7 @@ rm -rf "$work" && mkdir -p "$work"
 git clone -q "$root" "$work/repo"
 cd "$work/repo"
 export PATH="$root/.venv/bin:$PATH" HF_HUB_OFFLINE=1  # dvc runs each stage's python from PATH
+export PYTHONPATH="$work/repo/src"  # the clone's package, not the editable install's working tree
 # each stage's start, stamped: the stage's wall time is the gap to the next stamp
 dvc exp run -S "ingest.source=$corpus" -n accept 2>&1 | while IFS= read -r line; do
   printf '%s %s\n' "$(date +%s)" "$line"; done > "$work/repro.log"

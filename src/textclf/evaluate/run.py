@@ -18,7 +18,7 @@ from textclf.evaluate.blend import blended_test
 from textclf.evaluate.champion import SPLITS_ARTIFACT, Challenge
 from textclf.evaluate.conformal_report import calibration_scores, review_curve, review_metrics, set_metrics
 from textclf.evaluate.comparison import compare, per_class_accuracy
-from textclf.evaluate.format_check import answer_of, torch_proba, truth_of
+from textclf.evaluate.format_check import Scored, answer_of, torch_proba, truth_of
 from textclf.evaluate.serving_check import check_export, served_model, serving_mlflow
 from textclf.evaluate.metrics import calibration, classification_scores, metric_names, mlflow_metrics, test_metrics
 from textclf.evaluate.metrics_file import class_counts, split_per_class
@@ -176,7 +176,9 @@ def score_test(paths: EvaluatePaths, params, model, labels: list[str], threshold
     doc_ids = test.doc_ids or []
     found = None if thresholds is not None else load_calibration(paths.model_dir)  # None: none saved
     confidence, model_frame = answers(doc_ids, y_true, probs, found, labels, thresholds, params.serve, paths.model_dir)
-    blend = read_export(paths.export).get(BLEND_KEY) if scored is not None else None
+    blend = read_export(paths.export).get(BLEND_KEY)
+    if blend and scored is None:  # PyTorch serves the blend (the export's copy of this model)
+        scored = Scored("torch", probs, found)
     if blend and scored is not None:  # the export serves the blend with the baseline: what is served
         scored, blend_metrics = blended_test(scored, blend, paths.baseline_predictions, doc_ids, labels, y_true, cfg)
     if scored is not None:  # an export is served: its own probabilities, with its own calibration

@@ -25,7 +25,7 @@ from textclf.evaluate.champion import read_texts
 from textclf.evaluate.format_check import CHECKED, Scored, check_format
 from textclf.inference.serving import check_review, log_pyfunc
 from textclf.model.export import format_folder
-from textclf.model.exported import EXPORT_FILE, read_export
+from textclf.model.exported import BLEND_KEY, EXPORT_FILE, read_export
 
 log = logging.getLogger(__name__)
 EXAMPLES = 3  # test texts in the logged model's input example
@@ -78,8 +78,9 @@ def served_model(export_dir: str, model_dir: str, corpus: str, doc_ids: list[str
     per export and review (a rerun finds it by its tags) -> the URI to register and serve.
     `review` must be what the export recorded (a PyTorch model carries it in model_config)."""
     check_review(export_dir, review)
-    if serving["format"] == "torch":
-        return _log_served(None, model_dir, corpus, doc_ids, serving, training, review)
+    if serving["format"] == "torch":  # the model folder alone, or the export carrying it for the blend
+        blend = read_export(export_dir).get(BLEND_KEY)
+        return _log_served(Path(export_dir) if blend else None, model_dir, corpus, doc_ids, serving, training, review)
     with tempfile.TemporaryDirectory() as tmp:  # the served format alone, logged as artifacts/export
         return _log_served(format_folder(export_dir, serving["format"], Path(tmp) / "export"),
                            model_dir, corpus, doc_ids, serving, training, review)
@@ -89,7 +90,8 @@ def _log_served(export_dir: Path | None, model_dir: str, corpus: str, doc_ids: l
                 training: dict, review: dict) -> str:
     mlflow.set_tracking_uri(training["tracking_uri"])
     # the ONNX file and its export.json: a re-export with the same file but another calibration logs anew
-    tags = {"export_md5": "torch" if export_dir is None else file_md5(export_dir / read_export(export_dir)["file"]),
+    file = None if export_dir is None else read_export(export_dir).get("file")  # none where PyTorch serves a blend
+    tags = {"export_md5": "torch" if file is None else file_md5(export_dir / file),
             "export_json_md5": "torch" if export_dir is None else file_md5(export_dir / EXPORT_FILE),
             "serve_review": json.dumps(review, sort_keys=True)}
     logged = mlflow.MlflowClient().search_logged_models(  # an evaluate rerun: logged already

@@ -29,8 +29,9 @@ from textclf.model.batching import Split, read_token_splits
 from textclf.model.calibration import from_dict
 from textclf.model.checksums import write_checksums
 from textclf.model.export import format_folder
-from textclf.model.exported import BLEND_KEY, EXPORT_FILE
-from textclf.model.modeling import is_multilabel_model, load_classifier, load_thresholds
+from textclf.model.calibration import load as load_calibration
+from textclf.model.exported import BLEND_KEY, EXPORT_FILE, TORCH_DIR
+from textclf.model.modeling import THRESHOLDS_FILE, is_multilabel_model, load_classifier, load_thresholds
 from textclf.model.temperature import fit
 
 log = logging.getLogger(__name__)
@@ -83,44 +84,80 @@ def export_check(tokens: str, splits: str, model_dir: str, params: str,
     probabilities where the model has a calibration, and the blend with the baseline where
     it scores better (serve.blend)."""
     def check(folder: Path, meta: dict) -> dict:
-        validation = read_token_splits(tokens, splits, list(meta["labels"]), names=("validation",))[0]["validation"]
-        out = served_format(folder, meta, validation, model_dir, params)
-        return with_blend(folder, out, validation, splits, load_params(params).serve.blend, blend)
+        wanted = load_params(params).serve.blend
+        if meta["format"] == "torch" and (wanted == "off" or blend is None):
+            return meta  # serve.format torch, and no blend to try: nothing to check
+        if meta["format"] == "torch":  # no format to check: PyTorch's probabilities, for the blend
+            model, labels = load_classifier(model_dir)
+            validation = read_token_splits(tokens, splits, labels, names=("validation",))[0]["validation"]
+            out = {**meta, "labels": labels}
+            torch_probs = torch_proba(model, model_dir, validation, load_params(params).evaluate,
+                                      is_multilabel_model(model), desc="PyTorch: validation")
+        else:
+            validation = read_token_splits(tokens, splits, list(meta["labels"]), names=("validation",))[0]["validation"]
+            out, torch_probs = served_format(folder, meta, validation, model_dir, params)
+        return with_blend(folder, out, validation, splits, wanted, blend, Served(model_dir, torch_probs))
     return check
 
 
+@dataclass(frozen=True)
+class Served:
+    """The PyTorch model and its raw validation probabilities (served_format's): what the blend
+    reads where PyTorch serves."""
+    model_dir: str
+    torch_probs: np.ndarray  # (documents, C)
+
+
+def calibrated_validation(folder: Path, out: dict, validation: Split, served: Served):
+    """The served model's calibrated validation probabilities (documents, C): the ONNX
+    format's with its own calibration, or PyTorch's with the training's; None: no calibration."""
+    if out["format"] == "torch":
+        calibration = load_calibration(served.model_dir)
+        return None if calibration is None else calibration.apply(served.torch_probs)
+    if "calibration" not in out:
+        return None
+    onnx = OnnxPredictor(folder)
+    calibration = from_dict(out["calibration"], str(folder / EXPORT_FILE))  # the served format's own
+    return calibration.apply(onnx.proba_of_ids(validation.input_ids, validation.owner, desc="blend: validation"))
+
+
 def with_blend(folder: Path, out: dict, validation: Split, splits: str, wanted: str,
-               blend: BlendInputs | None) -> dict:
+               blend: BlendInputs | None, served: Served) -> dict:
     """export.json (`out`) with the blend's decision under check.blend, and the blend itself
-    (BLEND_KEY) where it is served; rewritten with fresh checksums where it changed."""
+    (BLEND_KEY) where it is served; rewritten with fresh checksums where it changed. Where
+    PyTorch serves, a served blend carries a copy of the PyTorch model (TORCH_DIR): the folder
+    is then what serves, as an ONNX one is (inference.loading)."""
     why = ("serve.blend is off" if wanted == "off" else
            "the export stage was given no --baseline" if blend is None else
-           "a multi-label model (its label sets are cut at thresholds of its own)" if out.get("task") == "multilabel"
-           else "PyTorch serves (the blend serves beside an ONNX format)" if out["format"] == "torch" else
-           "the model has no calibration (train.calibration none)" if "calibration" not in out else None)
+           "a multi-label model (its label sets are cut at thresholds of its own)"
+           if out.get("task") == "multilabel" or (Path(served.model_dir) / THRESHOLDS_FILE).is_file() else None)
+    p_model = None if why else calibrated_validation(folder, out, validation, served)
+    if why is None and p_model is None:
+        why = "the model has no calibration (train.calibration none)"
     if why or blend is None:
         if wanted != "off":
             log.info("serve.blend: not tried: %s", why)
         return out
-    served = OnnxPredictor(folder)
-    calibration = from_dict(out["calibration"], str(folder / EXPORT_FILE))  # the served format's own
-    p_model = calibration.apply(served.proba_of_ids(validation.input_ids, validation.owner, desc="blend: validation"))
-    found = choose_blend(folder, p_model, np.asarray(validation.labels), served.labels, validation.doc_ids or [],
-                         blend.baseline, blend.corpus, splits)
-    out = {**out, "check": {**out["check"], "blend": {k: found[k] for k in ("served", "weight", "validation")}}}
+    found = choose_blend(folder, p_model, np.asarray(validation.labels), list(out["labels"]),
+                         validation.doc_ids or [], blend.baseline, blend.corpus, splits)
+    out = {**out, "check": {**out.get("check", {}), "blend": {k: found[k] for k in ("served", "weight", "validation")}}}
     if found["served"]:
         out[BLEND_KEY] = {k: found[k] for k in ("weight", "calibration", "validation")}
+        if out["format"] == "torch":  # the model beside its baseline (served_format verified it on loading)
+            shutil.copytree(served.model_dir, folder / TORCH_DIR)
     write_json(folder / EXPORT_FILE, out)
     write_checksums(folder)
     return out
 
 
-def served_format(folder: Path, meta: dict, validation: Split, model_dir: str, params: str) -> dict:
+def served_format(folder: Path, meta: dict, validation: Split, model_dir: str,
+                  params: str) -> tuple[dict, np.ndarray]:
     """An export folder holding serve.format (and int8's float32 fallback) -> the same folder
     holding only the first format of that chain that passes check_format on `validation`
     (none: PyTorch serves, export.json alone says so), export.json recording it as `format`,
     the one asked for as `requested`, each check and why a format is not served as `check`,
-    and this CPU as `cpu`; rewritten with fresh checksums -> export.json."""
+    and this CPU as `cpu`; rewritten with fresh checksums -> (export.json, PyTorch's raw
+    validation probabilities: the blend's where PyTorch serves)."""
     cfg = load_params(params)
     model, labels = load_classifier(model_dir)
     thresholds = load_thresholds(model_dir, labels) if is_multilabel_model(model) else None
@@ -140,7 +177,7 @@ def served_format(folder: Path, meta: dict, validation: Split, model_dir: str, p
                 break
         result = chain_result(meta["format"], checks)
         for path in folder.iterdir():  # the folder holds what serves and nothing else
-            path.unlink()
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
         if result["format"] == "torch":
             kept = {k: meta[k] for k in ("review", "labels") if k in meta} | {"format": "torch"}
         else:
@@ -152,4 +189,4 @@ def served_format(folder: Path, meta: dict, validation: Split, model_dir: str, p
                      "checks": result["checks"]}}
     write_json(folder / EXPORT_FILE, out)
     write_checksums(folder)
-    return out
+    return out, torch_probs

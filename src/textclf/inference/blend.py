@@ -3,12 +3,12 @@ baseline's, p = w · model + (1 − w) · baseline, then the blend's own tempera
 prediction sets are cut from its own validation scores. The export stage fits w and that
 calibration on validation and serves the blend only where it scores a better validation
 macro-F1 than the fine-tune alone (evaluate.blend); every path loads it through
-inference.loading, so a text gets one answer from the folder, --table, REST and Spark."""
+inference.loading, so a text gets one answer from the folder, --table, REST and Spark, in
+every format: where PyTorch serves (serve.format torch, or no ONNX format passed its check),
+the export folder carries a copy of the PyTorch model for it."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
-
 import numpy as np
 import pandas as pd
 
@@ -18,9 +18,6 @@ from textclf.model.calibration import Calibration, from_dict
 from textclf.model.checksums import verify_folder
 from textclf.model.exported import BASELINE_FILES, EXPORT_FILE
 from textclf.model.linear_text import LinearText
-
-if TYPE_CHECKING:
-    from textclf.inference.onnx_predictor import OnnxPredictor
 
 
 def blended(p_model: np.ndarray, p_base: np.ndarray, weight: float) -> np.ndarray:
@@ -36,15 +33,16 @@ def baseline_proba(baseline: LinearText, texts: list[str], labels: list[str]) ->
 
 
 class BlendPredictor(TextPredictor):
-    """An exported model's predictor (OnnxPredictor) with the baseline blended in: the same
-    interface and columns."""
+    """An exported model's predictor (the OnnxPredictor, or the PyTorch Predictor of the copy
+    a folder carries where PyTorch serves) with the baseline blended in: the same interface
+    and columns."""
 
-    def __init__(self, inner: OnnxPredictor, folder: str | Path, blend: dict):
+    def __init__(self, inner: TextPredictor, folder: str | Path, blend: dict):
         folder = Path(folder)
-        verify_folder(folder, BASELINE_FILES)
+        verify_folder(folder, (EXPORT_FILE, *BASELINE_FILES))  # the weight and calibration too
         self.inner, self.labels = inner, list(inner.labels)
         self.thresholds: np.ndarray | None = None  # single-label only
-        self.format, self.where = inner.format, str(folder)
+        self.where = str(folder)
         self.baseline = LinearText(folder)
         self.weight = float(blend["weight"])
         self.calibration: Calibration = from_dict(blend["calibration"], str(folder / EXPORT_FILE))

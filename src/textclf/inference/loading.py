@@ -12,7 +12,7 @@ from pathlib import Path
 from textclf.config import ServeParams
 from textclf.inference.base import TextPredictor
 from textclf.inference.model_uri import served_folder
-from textclf.model.exported import BLEND_KEY, EXPORT_FILE, read_export
+from textclf.model.exported import BLEND_KEY, EXPORT_FILE, TORCH_DIR, read_export
 
 log = logging.getLogger(__name__)
 
@@ -27,29 +27,34 @@ def load_predictor(model: str, batch_size: int = 32, coverage: float | None = No
 def folder_predictor(folder: str | Path, batch_size: int = 32, logged: dict | None = None,
                      coverage: float | None = None, review_below: float | None = None) -> TextPredictor:
     """The OnnxPredictor of an exported folder (blended with the baseline where export.json
-    says so: inference.blend), else the (PyTorch) Predictor, answering with
+    says so: inference.blend, with the PyTorch copy it carries where PyTorch serves the blend),
+    else the (PyTorch) Predictor of a model folder, answering with
     prediction sets at `coverage` and needs_review under `review_below` where given (the
     flags), else as recorded_review says."""
     folder = Path(folder)
-    if (folder / EXPORT_FILE).is_file():
+    meta = read_export(folder) if (folder / EXPORT_FILE).is_file() else None
+    if meta is None:
+        predictor: TextPredictor = torch_predictor(folder, batch_size)
+    elif meta["format"] == "torch" and meta.get(BLEND_KEY):  # PyTorch serves the blend: the copy it carries
+        predictor = torch_predictor(folder / TORCH_DIR, batch_size)
+    else:
         from textclf.inference.onnx_predictor import OnnxPredictor  # no torch
 
-        onnx = OnnxPredictor(folder, batch_size)
-        blend = read_export(folder).get(BLEND_KEY)
-        if blend:  # the export stage found the fine-tune and the baseline better together (issue 59)
-            from textclf.inference.blend import BlendPredictor  # scikit-learn loads only here
+        predictor = OnnxPredictor(folder, batch_size)  # serve.format torch without a blend: refused, saying why
+    if meta is not None and meta.get(BLEND_KEY):  # the export stage found the fine-tune and the baseline
+        from textclf.inference.blend import BlendPredictor  # better together (issue 59); scikit-learn loads only here
 
-            predictor: TextPredictor = BlendPredictor(onnx, folder, blend)
-        else:
-            predictor = onnx
-    else:
-        from textclf.inference.predictor import Predictor  # torch loads only here
-
-        predictor = Predictor(folder, batch_size)
+        predictor = BlendPredictor(predictor, folder, meta[BLEND_KEY])
     given = {"coverage": coverage, "review_below": review_below}
     recorded = recorded_review(folder, logged, missing=[k for k, v in given.items() if v is None])
     predictor.set_review(*(recorded[k] if v is None else v for k, v in given.items()))
     return predictor
+
+
+def torch_predictor(folder: Path, batch_size: int) -> TextPredictor:
+    from textclf.inference.predictor import Predictor  # torch loads only here
+
+    return Predictor(folder, batch_size)
 
 
 def recorded_review(folder: Path, logged: dict | None = None,

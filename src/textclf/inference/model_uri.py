@@ -65,6 +65,12 @@ def model_folder(model: str) -> Path:
     return served_folder(model)[0]
 
 
+def served_artifact(artifacts: dict) -> str:
+    """The pyfunc's artifact that serves: an ONNX export (`onnx_dir`), an export where PyTorch
+    serves a blend (`export_dir`: the model's copy and the baseline), or a model folder."""
+    return next(k for k in ("onnx_dir", "export_dir", "model_dir") if k in artifacts)
+
+
 def served_folder(model: str) -> tuple[Path, dict]:
     """model_folder, and the pyfunc's model_config (a PyTorch model evaluate logged carries
     serve.coverage and serve.review_below there, an ONNX one in its export.json; {} for a folder)."""
@@ -76,5 +82,5 @@ def served_folder(model: str) -> tuple[Path, dict]:
     local = pyfunc_folder(model)
     flavor = yaml.safe_load((local / "MLmodel").read_text())["flavors"]["python_function"]
     artifacts = flavor["artifacts"]
-    folder = local / artifacts["onnx_dir" if "onnx_dir" in artifacts else "model_dir"]["path"]
+    folder = local / artifacts[served_artifact(artifacts)]["path"]
     return folder, flavor.get("config") or {}  # mlflow.pyfunc writes model_config as `config`

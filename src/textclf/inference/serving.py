@@ -24,6 +24,7 @@ import textclf
 
 from textclf.errors import UserError, positive_int_env
 from textclf.inference.base import TextPredictor
+from textclf.inference.model_uri import served_artifact
 from textclf.inference.rows import table_answers
 from textclf.model.exported import BLEND_KEY, read_export
 
@@ -103,7 +104,7 @@ class TextClassifier(mlflow.pyfunc.PythonModel):
         # for a PyTorch model evaluate logged); torch and the model load only for a PyTorch one
         from textclf.inference.loading import folder_predictor
 
-        folder = context.artifacts.get("onnx_dir") or context.artifacts["model_dir"]
+        folder = context.artifacts[served_artifact(context.artifacts)]
         self.predictor = folder_predictor(folder, logged=context.model_config)
 
     def predict(self, context, model_input: pd.DataFrame, params=None) -> pd.DataFrame:
@@ -155,10 +156,12 @@ def log_pyfunc(model_dir: str | Path, examples: list[str], export_dir: str | Pat
     recorded = None if export_dir is None else check_review(folder, review)
     config = review if recorded is None else None  # one record of the decisions, not two
     predictor: TextPredictor = folder_predictor(folder, logged=config)
-    name, requirements = ("model", REQUIREMENTS) if export_dir is None else ("model_onnx", ONNX_REQUIREMENTS)
-    if export_dir is not None and read_export(folder).get(BLEND_KEY):  # the baseline's features and weights too
+    meta = None if export_dir is None else read_export(folder)
+    onnx = meta is not None and meta["format"] != "torch"  # else a PyTorch model, alone or in a blended export
+    name, requirements = ("model_onnx", ONNX_REQUIREMENTS) if onnx else ("model", REQUIREMENTS)
+    if meta is not None and meta.get(BLEND_KEY):  # the baseline's features and weights too
         requirements += BLEND_REQUIREMENTS
-    artifacts = {"model_dir" if export_dir is None else "onnx_dir": str(folder)}
+    artifacts = {"model_dir" if meta is None else "onnx_dir" if onnx else "export_dir": str(folder)}
     example = pd.DataFrame({TEXT_COLUMN: examples})
     signature = infer_signature(example, predictor.predict(examples))
     where: dict = {"tags": tags}

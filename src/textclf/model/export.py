@@ -81,7 +81,8 @@ def export_model(model_dir: str | Path, out_dir: str | Path, fmt: str, review: d
     export stage's: textclf.export.check) rewrites it as each format's own.
     `check(folder, export.json)` (the export stage's: export.check.export_check) keeps
     the format that passes its check on validation, calibrated, and records it as `format`:
-    what every path loads. Written atomically -> export.json."""
+    what every path loads; with the baseline blended in where that scores better, for
+    serve.format torch too. Written atomically -> export.json."""
     model_dir = Path(model_dir)
     params = read_json(model_dir / "params.json")
     with atomic_path(out_dir, folder=True) as tmp:
@@ -111,7 +112,7 @@ def export_model(model_dir: str | Path, out_dir: str | Path, fmt: str, review: d
         write_checksums(tmp)  # last: every file of the folder, whichever the format wrote
         if calibrate is not None and "calibration" in meta:  # in tmp: the folder appears calibrated or not at all
             meta = calibrate(tmp, meta)
-        if check is not None and fmt in ONNX_FILES:  # in tmp too: the folder appears decided or not at all
+        if check is not None:  # in tmp too: the folder appears decided (and blended) or not at all
             meta = check(tmp, meta)
     return meta
 

@@ -13,6 +13,7 @@ ONNX_FILES = {"onnx": "model.onnx", "onnx-int8": "model.int8.onnx"}  # serve.for
 TOKENIZER_FILE = "tokenizer.json"
 BLEND_KEY = "blend"  # {weight, calibration, validation}: the baseline blended in (inference.blend); absent: none
 BASELINE_FILES = ("baseline.json", "baseline.safetensors")  # the blend's baseline (model.linear_text)
+TORCH_DIR = "model"  # where PyTorch serves a blend: the export folder's copy of the model folder
 
 
 def read_export(folder: str | Path) -> dict:

@@ -12,6 +12,7 @@ stay float32.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +20,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 MS_DOMAIN = "com.microsoft"  # ONNX Runtime's contrib operators: MatMulIntegerToFloat
-CONSTANTS = {"rowq_inv127": np.float32(1 / 127), "rowq_tiny127": np.float32(127e-12), "rowq_zero": np.uint8(128),
+CONSTANTS = {"rowq_zero": np.uint8(128),
              "rowq_one": np.float32(1), "rowq_axis1": np.asarray([1]), "rowq_start": np.asarray([0]),
              "rowq_last": np.asarray([-1])}
 
@@ -32,7 +33,7 @@ def int8_columns(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.clip(np.round(weight / scale), -127, 127).astype(np.int8), scale.astype(np.float32)
 
 
-def row_quantize(x: str, width: int) -> tuple[list, str, str, str]:
+def row_quantize(x: str, width: int, levels: int = 127) -> tuple[list, str, str, str]:
     """Nodes quantizing (..., K) float x by rows -> (nodes, (M, K) uint8 x, (M, 1) row scales,
     x's leading dims), M the rows of x. One per-axis QuantizeLinear over the rows (axis 0 of x
     as (M, K)) with each row's max|x| / 127: round(x / scale) + 128, in uint8 so that ONNX
@@ -43,8 +44,8 @@ def row_quantize(x: str, width: int) -> tuple[list, str, str, str]:
             helper.make_node("ReduceMax", [f"{p}_2d"], [f"{p}_max"], axes=[1], keepdims=0),
             helper.make_node("ReduceMin", [f"{p}_2d"], [f"{p}_min"], axes=[1], keepdims=0),
             helper.make_node("Neg", [f"{p}_min"], [f"{p}_neg"]),
-            helper.make_node("Max", [f"{p}_max", f"{p}_neg", "rowq_tiny127"], [f"{p}_amax"]),  # tiny: a row of zeros
-            helper.make_node("Mul", [f"{p}_amax", "rowq_inv127"], [f"{p}_scale"]),  # (M,)
+            helper.make_node("Max", [f"{p}_max", f"{p}_neg", f"rowq_tiny{levels}"], [f"{p}_amax"]),  # tiny: zeros
+            helper.make_node("Mul", [f"{p}_amax", f"rowq_inv{levels}"], [f"{p}_scale"]),  # (M,)
             helper.make_node("Shape", [f"{p}_scale"], [f"{p}_m"]),
             helper.make_node("ConstantOfShape", [f"{p}_m"], [f"{p}_zp"],
                              value=numpy_helper.from_array(np.asarray([128], np.uint8))),
@@ -55,29 +56,42 @@ def row_quantize(x: str, width: int) -> tuple[list, str, str, str]:
             ], f"{p}_u8", f"{p}_col", f"{p}_lead"
 
 
-def quantize_rows(source: Path, target: Path) -> int:
+def quantize_rows(source: Path, target: Path, keep_float: Callable[[str], bool] = lambda name: False,
+                  smooth: dict[str, np.ndarray] | None = None, levels: int = 127) -> int:
     """The float32 graph at `source` -> `target` with every MatMul against a 2-D weight
-    replaced by the per-row int8 product. Inputs shared by several MatMuls (query, key, value)
-    are quantized once, and so is a weight shared by several -> the number of MatMuls replaced."""
+    replaced by the per-row int8 product, but those whose node name `keep_float` keeps.
+    Inputs shared by several MatMuls (query, key, value) are quantized once, and so is a weight
+    shared by several -> the number of MatMuls replaced. `smooth` (input name -> (K,) factors
+    s, SmoothQuant): x / s is quantized against s · W, the same product with x's outlier
+    channels tamed (a static factor per channel: no row depends on another). `levels`: a row's
+    largest |x| maps to it (63: 7 bits, which no CPU's int16 pair sums can saturate)."""
     model = onnx.load(str(source))
     graph = model.graph
     weights = {init.name: init for init in graph.initializer}
     nodes: list = []
     rows: dict[str, list[str]] = {}  # float input -> its uint8 rows, their scales, its leading dims
     replaced, constants, done = 0, dict(CONSTANTS), set()
+    constants.update({f"rowq_inv{levels}": np.float32(1 / levels), f"rowq_tiny{levels}": np.float32(levels * 1e-12)})
+    smooth = smooth or {}
     for node in graph.node:
         weight = weights.get(node.input[1]) if node.op_type == "MatMul" else None
-        if weight is None or len(weight.dims) != 2:
+        if weight is None or len(weight.dims) != 2 or keep_float(node.name):
             nodes.append(node)
             continue
         x, (width, cols) = node.input[0], weight.dims
         if x not in rows:
-            quantize, *rows[x] = row_quantize(x, width)
+            source_x = x
+            if x in smooth:  # x · (1 / s), one Mul before the rows are quantized
+                constants[f"{x}_smooth_inv"] = (1.0 / smooth[x]).astype(np.float32)
+                nodes.append(helper.make_node("Mul", [x, f"{x}_smooth_inv"], [f"{x}_smoothed"]))
+                source_x = f"{x}_smoothed"
+            quantize, *rows[x] = row_quantize(source_x, width, levels)
             nodes += quantize
         xq, scale, lead = rows[x]
         if weight.name not in done:  # one weight may feed several MatMuls: its int8 copy is one initializer
             done.add(weight.name)
-            wq, wscale = int8_columns(numpy_helper.to_array(weight))
+            w = numpy_helper.to_array(weight)
+            wq, wscale = int8_columns(w * smooth[x][:, None] if x in smooth else w)
             graph.initializer.extend([numpy_helper.from_array(wq, f"{weight.name}_int8"),
                                       numpy_helper.from_array(wscale, f"{weight.name}_scale")])
         constants.update({f"rowq_k{width}": np.asarray([-1, width]), f"rowq_n{cols}": np.asarray([cols])})
