@@ -108,7 +108,7 @@ class Served:
     torch_probs: np.ndarray  # (documents, C)
 
 
-def calibrated_validation(folder: Path, out: dict, validation: Split, served: Served):
+def calibrated_validation(folder: Path, out: dict, validation: Split, served: Served) -> np.ndarray | None:
     """The served model's calibrated validation probabilities (documents, C): the ONNX
     format's with its own calibration, or PyTorch's with the training's; None: no calibration."""
     if out["format"] == "torch":
@@ -134,7 +134,7 @@ def with_blend(folder: Path, out: dict, validation: Split, splits: str, wanted: 
     p_model = None if why else calibrated_validation(folder, out, validation, served)
     if why is None and p_model is None:
         why = "the model has no calibration (train.calibration none)"
-    if why or blend is None:
+    if why or blend is None or p_model is None:
         if wanted != "off":
             log.info("serve.blend: not tried: %s", why)
         return out
