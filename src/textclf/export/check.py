@@ -26,10 +26,9 @@ from textclf.evaluate.blend import choose_blend
 from textclf.evaluate.format_check import answer_of, chain_result, check_format, torch_proba, truth_of
 from textclf.inference.onnx_predictor import OnnxPredictor
 from textclf.model.batching import Split, read_token_splits
-from textclf.model.calibration import from_dict
+from textclf.model.calibration import from_dict, load as load_calibration
 from textclf.model.checksums import write_checksums
 from textclf.model.export import format_folder
-from textclf.model.calibration import load as load_calibration
 from textclf.model.exported import BLEND_KEY, EXPORT_FILE, TORCH_DIR
 from textclf.model.modeling import THRESHOLDS_FILE, is_multilabel_model, load_classifier, load_thresholds
 from textclf.model.temperature import fit
@@ -84,14 +83,15 @@ def export_check(tokens: str, splits: str, model_dir: str, params: str,
     probabilities where the model has a calibration, and the blend with the baseline where
     it scores better (serve.blend)."""
     def check(folder: Path, meta: dict) -> dict:
-        wanted = load_params(params).serve.blend
+        cfg = load_params(params)
+        wanted = cfg.serve.blend
         if meta["format"] == "torch" and (wanted == "off" or blend is None):
             return meta  # serve.format torch, and no blend to try: nothing to check
         if meta["format"] == "torch":  # no format to check: PyTorch's probabilities, for the blend
             model, labels = load_classifier(model_dir)
             validation = read_token_splits(tokens, splits, labels, names=("validation",))[0]["validation"]
             out = {**meta, "labels": labels}
-            torch_probs = torch_proba(model, model_dir, validation, load_params(params).evaluate,
+            torch_probs = torch_proba(model, model_dir, validation, cfg.evaluate,
                                       is_multilabel_model(model), desc="PyTorch: validation")
         else:
             validation = read_token_splits(tokens, splits, list(meta["labels"]), names=("validation",))[0]["validation"]
@@ -177,7 +177,7 @@ def served_format(folder: Path, meta: dict, validation: Split, model_dir: str,
                 break
         result = chain_result(meta["format"], checks)
         for path in folder.iterdir():  # the folder holds what serves and nothing else
-            shutil.rmtree(path) if path.is_dir() else path.unlink()
+            path.unlink()
         if result["format"] == "torch":
             kept = {k: meta[k] for k in ("review", "labels") if k in meta} | {"format": "torch"}
         else:

@@ -9,6 +9,7 @@ the export folder carries a copy of the PyTorch model for it."""
 from __future__ import annotations
 
 from pathlib import Path
+
 import numpy as np
 import pandas as pd
 
