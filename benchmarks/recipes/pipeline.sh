@@ -2,11 +2,12 @@
 # Issue 59's acceptance run: the whole pipeline with params.yaml's defaults and only ingest.source
 # changed (`dvc exp run -S ingest.source=...`), in a fresh clone of this repository's HEAD, then
 # each stage's wall time from DVC's log and the served model against the baseline from metrics.json.
-#   bash benchmarks/recipes/pipeline.sh CORPUS_FOLDER WORK_DIR
+#   bash benchmarks/recipes/pipeline.sh CORPUS_FOLDER WORK_DIR [-S key=value ...]
+# (a recipe's params after the two folders go to `dvc exp run` as they are)
 # e.g. .venv/bin/python benchmarks/corpora.py fortunes /tmp/fortunes-full
 #      bash benchmarks/recipes/pipeline.sh /tmp/fortunes-full /tmp/accept-fortunes
 set -euo pipefail
-corpus=$(realpath "$1"); work=$2
+corpus=$(realpath "$1"); work=$2; shift 2
 root=$(cd "$(dirname "$0")/../.." && pwd)
 rm -rf "$work" && mkdir -p "$work"
 git clone -q "$root" "$work/repo"
@@ -14,7 +15,7 @@ cd "$work/repo"
 export PATH="$root/.venv/bin:$PATH" HF_HUB_OFFLINE=1  # dvc runs each stage's python from PATH
 export PYTHONPATH="$work/repo/src"  # the clone's package, not the editable install's working tree
 # each stage's start, stamped: the stage's wall time is the gap to the next stamp
-dvc exp run -S "ingest.source=$corpus" -n accept 2>&1 | while IFS= read -r line; do
+dvc exp run -S "ingest.source=$corpus" "$@" -n accept 2>&1 | while IFS= read -r line; do
   printf '%s %s\n' "$(date +%s)" "$line"; done > "$work/repro.log"
 python - "$work/repro.log" reports/metrics.json <<'PY'
 import json, re, sys
