@@ -83,6 +83,8 @@ def test_steps_within_counts_every_validation():
     assert steps_within(205, 0, plan, 1.0, 10.0) == 185  # 2 validations: the second epoch cut short
     assert steps_within(1e9, 0, plan, 1.0, 10.0) == 600  # never beyond the epochs' cap
     assert steps_within(1, 7, plan, 1.0, 10.0) == 7  # too small a budget: stop where it is
+    # 2 validations done: 160 s hold 140 more steps and 2 validations (after step 300 and the last)
+    assert steps_within(160, 200, plan, 1.0, 10.0, validated=2) == 340
     assert step_plan(0, 0, 20, 100).decided is False  # epochs 0: the budget decides
     assert step_plan(3, 0, 20, 100).total == 300 and step_plan(3, 0, 20, 100).decided  # explicit epochs win
     assert step_plan(0, 50, 20, 100).total == 50 and step_plan(0, 50, 20, 100).decided  # so does max_steps
@@ -110,20 +112,49 @@ def slow_split(n: int, seed: int) -> Split:
                  labels=rng.integers(0, 3, size=n).tolist())
 
 
+class SlowStartModel(SlowModel):
+    """A SlowModel whose first SLOW_STEPS training steps cost SLOWER times as much: a machine
+    busy as the training starts, or the first batches' lengths unlike the rest."""
+    SECONDS_A_TOKEN, SLOW_STEPS, SLOWER = 1.0e-4, 8, 4
+
+    def forward(self, input_ids, attention_mask):
+        if self.training and self.SLOW_STEPS > 0:
+            self.SLOW_STEPS -= 1
+            time.sleep(self.SECONDS_A_TOKEN * input_ids.numel() * (self.SLOWER - 1))
+        return super().forward(input_ids, attention_mask)
+
+
+def budget_run(model: nn.Module, budget: float, documents: int) -> tuple[loop.TrainJob, float, list[dict]]:
+    """fit with train.budget_minutes `budget` on `documents` slow_split documents -> (the job,
+    the seconds it took, the estimates said)."""
+    cfg = TrainParams(epochs=0, budget_minutes=budget, batch_size=8, seed=0)
+    estimates: list[dict] = []
+    job = loop.TrainJob(model, torch.optim.AdamW(model.parameters(), 1e-3), slow_split(documents, 0),
+                        slow_split(100, 1), cfg, 0, loop.make_accelerator("fp32"),
+                        loop.Callbacks(on_estimate=lambda values, step: estimates.append(values)))
+    started = time.perf_counter()
+    loop.fit(job)
+    return job, time.perf_counter() - started, estimates
+
+
+def test_a_budget_is_measured_again_when_the_first_steps_misjudged_it(caplog):
+    """The first steps 4 times slower than the rest: their pace plans a quarter of the budget's
+    steps; measured again at a quarter of the budget, the training still ends within 15 % of
+    it (it ended at about a third before), and says so."""
+    budget = 0.2
+    with caplog.at_level("INFO", logger="textclf.train.loop"):
+        job, took, _ = budget_run(SlowStartModel(3), budget, 800)
+    assert took == pytest.approx(budget * 60, rel=0.15)
+    assert "measured again after" in caplog.text
+    assert job.selector.last_epoch < 6  # the budget, not the epochs' cap, ended it
+
+
 def test_a_budget_of_n_seconds_takes_n_seconds():
     """train.budget_minutes 0.2 (12 s) on steps that cost what their tokens cost: the training,
     validations included, ends within 15 % of the budget, and the estimate said after the
     timed steps (the cut plan's) is within 15 % of what it took."""
     budget = 0.2
-    cfg = TrainParams(epochs=0, budget_minutes=budget, batch_size=8, seed=0)
-    model = SlowModel(3)
-    estimates = []
-    job = loop.TrainJob(model, torch.optim.AdamW(model.parameters(), 1e-3), slow_split(400, 0), slow_split(100, 1),
-                        cfg, 0, loop.make_accelerator("fp32"),
-                        loop.Callbacks(on_estimate=lambda values, step: estimates.append(values)))
-    started = time.perf_counter()
-    loop.fit(job)
-    took = time.perf_counter() - started
+    job, took, estimates = budget_run(SlowModel(3), budget, 400)
     assert took == pytest.approx(budget * 60, rel=0.15)
     assert estimates[0]["estimated_train_seconds"] == pytest.approx(took, rel=0.15)
     assert job.selector.last_epoch < 6  # the budget, not the epochs' cap, ended it

@@ -26,7 +26,7 @@ from tqdm.auto import tqdm
 
 from textclf.model.batching import PAD_LABEL, Collator, LengthGroupedBatchSampler, RankShard, Split, TokenDataset
 from textclf.train.checkpoint import Checkpointer, Progress
-from textclf.train.pace import Pace, StepPlan, cut_to_budget, duration, plan, train_plan
+from textclf.train.pace import Pace, StepPlan, cut_to_budget, duration, plan, repace, train_plan
 from textclf.train.selection import EpochSelector, validation_scores
 from textclf.config import TrainParams
 from textclf.data.tokens import TokenIds
@@ -191,6 +191,8 @@ def train_steps(job: TrainJob, scheduler, loader: DataLoader, span: Span = Span(
             said(job, pace, pace.estimate or estimate)
             postfix["run"] = run_time(estimate)
             bar.set_postfix(postfix)
+        elif pace is not None and job.steps is not None and job.steps.decided and job.steps.budget_s:
+            max_steps = budgeted(job, pace, span.epoch, step, bar) or max_steps
         if step % LOG_EVERY == 0:
             postfix["loss"] = f"{loss_sum.item() / step:.4f}"
             bar.set_postfix(postfix)
@@ -204,19 +206,20 @@ def train_steps(job: TrainJob, scheduler, loader: DataLoader, span: Span = Span(
 
 
 def budgeted(job: TrainJob, pace: Pace, epoch: int, step: int, bar) -> int | None:
-    """train.budget_minutes, once the pace is known at `step` of `epoch`: the plan cut to the
-    budget (said once) -> this epoch's last step where the cut ends it early, else None."""
+    """train.budget_minutes at `step` of `epoch`: the plan cut to the budget once the pace is
+    known, and cut again at its shares (textclf.train.pace.repace), each said -> this epoch's
+    last step where a cut moved it, else None."""
     plan = job.steps
-    if plan is None or plan.decided:
+    if plan is None or (plan.decided and not plan.budget_s):
         return None
-    line = cut_to_budget(plan, pace, (epoch - 1) * plan.per_epoch + step, pace.clock() - job.started)
+    taken, elapsed = (epoch - 1) * plan.per_epoch + step, pace.clock() - job.started
+    line = repace(plan, pace, taken, elapsed) if plan.decided else cut_to_budget(plan, pace, taken, elapsed)
+    if line is None:
+        return None
     if job.accelerator.is_main_process:
         log.info("%s", line)
-    last = plan.total - (epoch - 1) * plan.per_epoch
-    if last < plan.per_epoch:
-        bar.total = last
-        return last
-    return None
+    bar.total = last = min(plan.total - (epoch - 1) * plan.per_epoch, plan.per_epoch)
+    return last
 
 
 def run_time(estimate: dict) -> str:
@@ -336,10 +339,14 @@ def end_epoch(job: TrainJob, epoch: int, train_loss: float, each_batch: Callable
     selector and to on_epoch; the checkpoint; on_saved. The validation loss stays unweighted,
     comparable across train.class_weights."""
     accelerator, val, callbacks = job.accelerator, job.validation, job.callbacks
-    model = accelerator.unwrap_model(job.model)
+    model, clock = accelerator.unwrap_model(job.model), job.pace.clock if job.pace else time.perf_counter
+    began = clock()
     probs = predict_proba(model, val.input_ids, job.params.batch_size * 2, job.pad_id, accelerator.device,
                           accelerator.mixed_precision, owner=val.owner, pooling=job.chunk_pooling,
                           multilabel=val.multilabel, desc=f"validation {epoch}", each_batch=each_batch)  # (docs, C)
+    if job.pace is not None:  # the budget's measure of a validation (textclf.train.pace.repace)
+        job.pace.validated, job.pace.validation_spent = job.pace.validated + 1, job.pace.validation_spent + (
+            clock() - began)
     row = {"epoch": epoch, "train_loss": train_loss, **validation_scores(probs, val),
            # what it cost so far: since the loop began (train.budget_minutes counts it), and the
            # process's CPU time, every thread (benchmarks draw scores against CPU-minutes)

@@ -18,6 +18,12 @@ TIMED_STEPS = 6  # then these are timed: a few seconds on a CPU, the estimate wi
 # (forward + backward ≈ 3 forwards), on every validation row once per epoch
 FORWARD_SHARE = 1 / 3
 AUTO_EPOCHS = 6  # train.epochs 0: at most this many, fewer where train.budget_minutes says
+# train.budget_minutes: the plan measured again at these shares of the budget, from every step and
+# validation so far. The first steps' pace misjudges a whole run where the batches' lengths vary
+# (stdlib, 2026-12-07: 26 min 51 s estimated, about 16 min taken); REPACE_OFF: a plan within this share
+# of the re-measured one stands (an estimate that held changes nothing)
+REPACE_AT = (0.25, 0.5, 0.75)
+REPACE_OFF = 0.1
 
 
 def padded_tokens(batches: Iterable[list[int]], lengths: np.ndarray) -> int:
@@ -44,6 +50,9 @@ class Pace:
     clock: Callable[[], float] = time.perf_counter
     estimate: dict[str, float] | None = None
     per_token: float = 0.0  # measured seconds per padded token slot of a training step
+    validated: int = 0  # passes over validation so far, and their seconds (end_epoch's)
+    validation_spent: float = 0.0
+    checks: int = 0  # REPACE_AT's shares measured again so far
     _seen: int = 0
     _timed_tokens: int = 0
     _start: float = 0.0
@@ -138,6 +147,7 @@ class StepPlan:
     per_epoch: int
     budget_s: float = 0.0
     decided: bool = True
+    cap: int = 0  # the epochs' cap on total (0: total), which a plan measured again may grow to
 
     def state_dict(self) -> dict:
         return {"total": self.total, "decided": self.decided}
@@ -155,7 +165,7 @@ def step_plan(epochs: int, max_steps: int, budget_minutes: float, per_epoch: int
     cap = (epochs or AUTO_EPOCHS) * per_epoch
     total = cap if max_steps == 0 else min(max_steps, cap)
     budgeted = epochs == 0 and max_steps == 0 and budget_minutes > 0
-    return StepPlan(total, per_epoch, budget_minutes * 60 if budgeted else 0.0, decided=not budgeted)
+    return StepPlan(total, per_epoch, budget_minutes * 60 if budgeted else 0.0, decided=not budgeted, cap=total)
 
 
 def train_plan(cfg, per_epoch: int, processes: int) -> StepPlan:
@@ -166,17 +176,18 @@ def train_plan(cfg, per_epoch: int, processes: int) -> StepPlan:
     if processes > 1 and not steps.decided:
         log.warning("train.budget_minutes=%g is not applied on %d processes: train.epochs 0 trains %d epochs; "
                     "set train.epochs or train.max_steps to choose", cfg.budget_minutes, processes, steps.epochs)
-        steps.decided = True
+        steps.decided, steps.budget_s = True, 0.0
     return steps
 
 
-def steps_within(seconds: float, taken: int, plan: StepPlan, step_s: float, validation_s: float) -> int:
+def steps_within(seconds: float, taken: int, plan: StepPlan, step_s: float, validation_s: float,
+                 validated: int = 0) -> int:
     """The most steps in all (at least `taken`, at most plan.total) whose steps left
     (`step_s` each) and validations (`validation_s` each: after every epoch, and after the
-    last step) fit in `seconds`."""
+    last step; `validated` of them done) fit in `seconds`."""
     best = taken
     for epochs in range(1, plan.epochs + 1):
-        room = (seconds - epochs * validation_s) / max(step_s, 1e-9)
+        room = (seconds - max(0, epochs - validated) * validation_s) / max(step_s, 1e-9)
         steps = min(epochs * plan.per_epoch, plan.total, taken + int(room))
         if steps > (epochs - 1) * plan.per_epoch:  # this many validations: a step of the epoch at least
             best = max(best, steps)
@@ -202,3 +213,26 @@ def cut_to_budget(plan: StepPlan, pace: Pace, taken: int, elapsed: float) -> str
     return (f"train.budget_minutes={minutes:g}: {plan.total} of {cap} steps fit ({plan.total / plan.per_epoch:.2f} "
             f"epochs of {plan.per_epoch}), with {plan.epochs} validations; the step count follows this machine's "
             f"pace: -S train.max_steps={plan.total} repeats this training anywhere")
+
+
+def repace(plan: StepPlan, pace: Pace, taken: int, elapsed: float) -> str | None:
+    """train.budget_minutes once `elapsed` seconds pass a share of it in REPACE_AT (`taken`
+    steps in all): plan.total cut again, up to the epochs' cap, at the pace of every step and
+    validation so far, where it moves by more than REPACE_OFF -> the line that says so, else
+    None. A resumed training keeps its plan: its clock began at the resume, not the budget's."""
+    if (not plan.budget_s or pace.done or pace.estimate is None or pace.checks >= len(REPACE_AT)
+            or elapsed < REPACE_AT[pace.checks] * plan.budget_s):
+        return None
+    pace.checks += 1
+    step_s = (elapsed - pace.validation_spent) / max(1, taken)
+    validation_s = (pace.validation_spent / pace.validated if pace.validated else
+                    pace.validation_seconds() * step_s / max(pace.step_seconds(), 1e-9))  # first: scaled alike
+    cap = StepPlan(plan.cap or plan.total, plan.per_epoch)
+    total = steps_within(plan.budget_s - elapsed, taken, cap, step_s, validation_s, pace.validated)
+    if abs(total - plan.total) <= REPACE_OFF * plan.total:
+        return None
+    before, plan.total = plan.total, total
+    return (f"train.budget_minutes={plan.budget_s / 60:g}: measured again after {taken} steps "
+            f"({duration(elapsed)}, {1 / max(step_s, 1e-9):.2f} steps/s): {total} steps fit, not {before} "
+            f"({total / plan.per_epoch:.2f} epochs of {plan.per_epoch}, {plan.epochs} validations); "
+            f"-S train.max_steps={total} repeats this training anywhere")
