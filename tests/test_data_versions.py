@@ -28,7 +28,8 @@ def prepare_version(tmp, corpus, seed: int) -> list[str]:
     """Ingest, tokenize and split `corpus` with split.seed `seed` (files c/t/sp.parquet)."""
     params = write_params(tmp / "params.yaml", ingest={"source": str(corpus), "near_duplicates": {"conflicts": "drop"}},
                           split={"seed": seed},
-                          train={"epochs": 3, "lr_encoder": 1e-4, "lr_head": 1e-2})
+                          train={"epochs": 3, "lr_encoder": 1e-4, "lr_head": 1e-2},
+                          serve={"format": "onnx"})  # int8's labels follow the CPU (VNNI or not): not under test
     return ingest_tokenize_split(params)
 
 

@@ -4,6 +4,7 @@ the tiny RANDOM BERT from conftest: these tests check wiring and numerical parit
 import dataclasses
 import json
 import logging
+from functools import partial
 from pathlib import Path
 
 import mlflow
@@ -24,6 +25,7 @@ from textclf.inference.proba import predict_proba
 from textclf.model.checksums import write_checksums
 from textclf.model.export import export_model
 from textclf.model.modeling import build_model, load_classifier, load_tokenizer, pad_id, save_model
+from textclf.model.quantize import quantize_rows
 from textclf.report.document import to_markdown
 from textclf.report.sections import serving_section
 
@@ -300,7 +302,6 @@ def test_int8_quantizes_a_weight_shared_by_two_matmuls_once(tmp_path):
     import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
 
-    from textclf.model.quantize import quantize_rows
     rng = np.random.default_rng(0)
     w = rng.normal(size=(8, 4)).astype(np.float32)
     graph = helper.make_graph(
@@ -318,13 +319,16 @@ def test_int8_quantizes_a_weight_shared_by_two_matmuls_once(tmp_path):
     assert ya.shape == (2, 3, 4) and np.isfinite(ya).all() and np.array_equal(ya, yb)  # one weight, one answer
 
 
-def test_after_int8_falls_back_the_folder_and_the_registry_answer_alike(prepared, caplog):
+def test_after_int8_falls_back_the_folder_and_the_registry_answer_alike(prepared, caplog, monkeypatch):
     """Issue 61: evaluate served float32 where export.json still named int8, so `predict
     models/export` and the registered model gave 5 of 400 texts other labels. The export stage
     now decides on validation and the folder holds what serves: at serve.min_agreement 1.0 the
     tiny random model's int8 (which moves its near-uniform probabilities) is not kept, and the
-    folder, the logged model and the registered version give every text the same numbers."""
+    folder, the logged model and the registered version give every text the same numbers. Its
+    activations at 3 levels, not 127: on a CPU with VNNI 8-bit int8 kept every label of its
+    few validation documents (2026-12-07), and the fallback is what is under test here."""
     tmp, p = prepared
+    monkeypatch.setattr("textclf.model.export.quantize_rows", partial(quantize_rows, levels=3))
     write_params(tmp / "params.yaml", serve={"format": "onnx-int8", "min_agreement": 1.0})
     run_train(p)
     run_baseline(p)
@@ -361,7 +365,6 @@ def test_int8_variants_keep_a_named_matmul_float_and_smoothing_keeps_the_product
     import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
 
-    from textclf.model.quantize import quantize_rows
     rng = np.random.default_rng(0)
     w = rng.normal(size=(16, 4)).astype(np.float32)
     graph = helper.make_graph([helper.make_node("MatMul", ["a", "w"], ["y"], name="/layer.0/keep/MatMul")], "one",
@@ -382,7 +385,10 @@ def test_int8_variants_keep_a_named_matmul_float_and_smoothing_keeps_the_product
     replaced, plain = error()
     s = np.ones(16, np.float32)
     s[3] = 50
-    assert replaced == 1 and error(smooth={"a": s})[1] < plain / 4
-    # 7 bits: coarser steps, but no int16 pair sum saturates (on this AVX2 CPU plain 8 bits
-    # does here: off by 43 on outputs up to 162, the 7-bit graph by 1.8), so only a bound
-    assert error(levels=63)[1] < 0.05 * np.abs(exact).max()
+    bound = 0.05 * np.abs(exact).max()
+    smoothed = error(smooth={"a": s})[1]
+    assert replaced == 1 and smoothed < bound  # the same product, to int8's precision
+    if plain > bound:  # int16 pair sums saturate on AVX2 without VNNI (off by 43 on outputs up to 162):
+        assert smoothed < plain / 4  # the tamed outlier channel no longer does (with VNNI, none does)
+    # 7 bits: coarser steps, but no int16 pair sum saturates (on any CPU), so only a bound
+    assert error(levels=63)[1] < bound
