@@ -345,8 +345,8 @@ def end_epoch(job: TrainJob, epoch: int, train_loss: float, each_batch: Callable
                           accelerator.mixed_precision, owner=val.owner, pooling=job.chunk_pooling,
                           multilabel=val.multilabel, desc=f"validation {epoch}", each_batch=each_batch)  # (docs, C)
     if job.pace is not None:  # the budget's measure of a validation (textclf.train.pace.repace)
-        job.pace.validated, job.pace.validation_spent = job.pace.validated + 1, job.pace.validation_spent + (
-            clock() - began)
+        job.pace.validated += 1
+        job.pace.validation_spent += clock() - began
     row = {"epoch": epoch, "train_loss": train_loss, **validation_scores(probs, val),
            # what it cost so far: since the loop began (train.budget_minutes counts it), and the
            # process's CPU time, every thread (benchmarks draw scores against CPU-minutes)
